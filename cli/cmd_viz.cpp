@@ -1,0 +1,7 @@
+// Placeholder until this subcommand is built (see the open issues).
+#include "commands.h"
+#include "util/error.h"
+
+namespace minfer::cli {
+int cmd_viz(int, char**, int) { throw Error("'viz' is not implemented yet"); }
+}  // namespace minfer::cli

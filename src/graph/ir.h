@@ -1,0 +1,96 @@
+// The compute graph of one forward pass: nodes in build order (every source
+// is built before its consumers), ggml shapes, readable names. A pure data
+// structure: no memory, no kernels. The allocator decides where each node's
+// output lives; the scheduler runs the nodes in build order.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensor/dtype.h"
+#include "tensor/tensor_view.h"
+
+namespace minfer::graph {
+
+using NodeId = int32_t;
+using BackendId = int32_t;  // index into the backend list; 0 is the CPU
+constexpr BackendId kNoBackend = -1;
+
+// Shapes below are ggml order, [ne0, ne1]: ne0 is the row length, ne1 the
+// number of tokens (rows). n = tokens in this pass.
+enum class Op : uint8_t {
+    Input,       // host-filled I32 data: token_ids / positions / tail_ids   [n]
+    GetRows,     // embedding: weights[0] table [n_embd, n_vocab] (any dtype), src0 ids -> [n_embd, n]
+    SelectRows,  // src0 [ne0, n], src1 row ids (I32) -> [ne0, n_ids]  (tail rows for logits)
+    RmsNorm,     // src0 [ne0, n], weights[0] [ne0] f32, meta.eps -> [ne0, n]
+    MatMul,      // src0 [K, n] f32 activations, weights[0] [K, M] any dtype -> [M, n]
+    Add,         // src0 + src1, same shape
+    AddBias,     // src0 [ne0, n] + weights[0] [ne0] broadcast over rows
+    Mul,         // src0 * src1, same shape
+    Silu,        // silu(src0); may run in place
+    SwiGLU,      // silu(src0) * src1 (fusion of Mul(Silu(gate), up))
+    HeadNorm,    // per-head RMSNorm: src0 [head_dim * heads, n], weights[0] [head_dim]
+    Rope,        // NEOX RoPE: src0 [head_dim * heads, n], src1 positions; may run in place
+    KvStore,     // src0 k [n_kv_embd, n], src1 v [n_kv_embd, n], src2 positions: writes
+                 // rows into the layer's K and V regions. Shape [n_kv_embd, n_ctx] mirrors
+                 // the persistent region; its buffer *is* the K region.
+    Attn,        // causal GQA: src0 q rows (q in columns [0, n_head*head_dim)),
+                 // src1 the layer's KvStore or QkvBiasRopeStore (ordering), src2 positions.
+                 // Reads K/V of positions 0..pos from the layer's regions -> [n_head*head_dim, n]
+    FusedQKV,    // src0 x [n_embd, n], weights wq, wk, wv -> [n_q + 2*n_kv_embd, n] (q | k | v)
+    QkvBiasRopeStore,  // the epilogue: src0 FusedQKV output, src1 positions; weights
+                       // (bq, bk, bv) for qwen2 or (q_norm, k_norm) for qwen3. Adds biases
+                       // or applies the per-head norm, ropes q and k, stores k and v in the
+                       // layer's regions; output = src0's shape (runs in place).
+};
+std::string_view op_name(Op op);
+
+// Per-op parameters; fields an op does not use stay at their defaults.
+struct NodeMeta {
+    int32_t layer = -1;
+    float eps = 0.0f;             // RmsNorm, HeadNorm, epilogue's q/k norm
+    int32_t n_head = 0;           // query heads
+    int32_t n_head_kv = 0;        // key/value heads
+    int32_t head_dim = 0;
+    float rope_freq_base = 10000.0f;
+    int64_t n_ctx = 0;            // KV region rows (KvStore, Attn, FusedQKV, epilogue)
+    tensor::DType kv_type = tensor::DType::F32;  // element type of the KV regions
+};
+
+struct Node {
+    Op op = Op::Input;
+    std::string name;                      // "attn_norm.3", "token_ids"
+    tensor::DType type = tensor::DType::F32;  // of the output: F32, or I32 for inputs
+    std::array<int64_t, 4> ne{1, 1, 1, 1};
+    std::vector<NodeId> src;
+    std::vector<const tensor::TensorView*> weights;  // owned by the model; may hold nullptr
+    NodeMeta meta;
+    BackendId backend = kNoBackend;  // set by assignment
+    bool fused = false;              // produced by the fusion pass
+
+    int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+    size_t nbytes() const;  // of the output
+};
+
+struct Graph {
+    std::vector<Node> nodes;     // build order == execution order
+    std::vector<NodeId> inputs;  // Input nodes, filled on the host before execution
+    std::vector<NodeId> outputs; // read on the host after execution (logits)
+
+    NodeId add(Node n);                 // appends, returns the id
+    NodeId add_input(std::string name, int64_t n);  // an I32 Input node, registered in inputs
+    const Node& node(NodeId id) const { return nodes.at(static_cast<size_t>(id)); }
+    Node& node(NodeId id) { return nodes.at(static_cast<size_t>(id)); }
+    size_t size() const { return nodes.size(); }
+    NodeId find(std::string_view name) const;  // -1 when absent
+    // Kahn topological order; throws minfer::Error naming a node on a cycle
+    // or a source id out of range. The allocator calls it only to validate.
+    std::vector<NodeId> topo_order() const;
+    // Consumers per node (how many src entries name it).
+    std::vector<int32_t> n_consumers() const;
+};
+
+}  // namespace minfer::graph
