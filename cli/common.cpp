@@ -1,0 +1,43 @@
+#include "common.h"
+
+#include <cstdio>
+
+#include "tensor/dtype.h"
+
+namespace minfer::cli {
+
+void EngineFlags::add_to(ArgParser& p, bool with_ctx) {
+    p.option({"-t", "--threads"}, &threads, "N", "threads (0 = the number of physical cores)");
+    if (with_ctx) p.option({"-c", "--ctx-size"}, &ctx_size, "N", "context size in tokens (KV cache rows)");
+    p.option({"-b", "--batch-size"}, &batch_size, "N", "tokens per forward pass while reading the prompt");
+    p.option({"-ctk", "--cache-type-k"}, &kv_type, "TYPE", "KV cache element type: f32");
+    p.option({"--queue-layers"}, &queue_layers, "A:B",
+             "run layers A..B-1 on the queue backend (a GPU-like command queue; for testing)");
+}
+
+runtime::SessionOptions EngineFlags::session_options() const {
+    runtime::SessionOptions o;
+    if (threads < 0) throw UsageError("-t must be >= 0");
+    if (batch_size < 1) throw UsageError("-b must be >= 1");
+    o.n_threads = threads;
+    o.n_batch = batch_size;
+    auto t = tensor::dtype_from_name(kv_type);
+    if (!t || *t != tensor::DType::F32)
+        throw UsageError("unsupported KV cache type '" + kv_type + "' (supported: f32)");
+    o.kv_type = *t;
+    if (!queue_layers.empty()) {
+        int a = 0, b = 0;
+        char extra = 0;
+        if (std::sscanf(queue_layers.c_str(), "%d:%d%c", &a, &b, &extra) != 2 || a < 0 || b < a)
+            throw UsageError("--queue-layers needs A:B with 0 <= A <= B, got '" + queue_layers + "'");
+        o.queue_first_layer = a;
+        o.queue_end_layer = b;
+    }
+    return o;
+}
+
+void warn(const std::string& message) {
+    std::fprintf(stderr, "minfer: warning: %s\n", message.c_str());
+}
+
+}  // namespace minfer::cli

@@ -1,0 +1,28 @@
+// Flags and steps shared by several subcommands.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/session.h"
+#include "util/args.h"
+
+namespace minfer::cli {
+
+// -t, -c, -b, -ctk, --queue-layers: the engine's knobs, added to a parser.
+struct EngineFlags {
+    int threads = 0;
+    int64_t ctx_size = 4096;
+    int64_t batch_size = 512;
+    std::string kv_type = "f32";
+    std::string queue_layers;  // "A:B" — layers A..B-1 on the queue backend
+
+    void add_to(ArgParser& p, bool with_ctx = true);
+    // Fills the session options (n_ctx is set by the caller's context plan).
+    runtime::SessionOptions session_options() const;
+};
+
+// Reports go to stderr; this prints "minfer: warning: ..." once.
+void warn(const std::string& message);
+
+}  // namespace minfer::cli

@@ -1,0 +1,31 @@
+// Fusion: rewrites the builder's plain graph into fused ops, in place.
+// Node ids never change; a node that fusion makes unnecessary is left where
+// it is with no consumers (and its sources cut), so the allocator gives it
+// no buffer and the scheduler skips it — a dead node cannot corrupt memory.
+#pragma once
+
+#include "graph/ir.h"
+
+namespace minfer::graph {
+
+struct FuseOptions {
+    bool qkv = true;  // FusedQKV + QkvBiasRopeStore (MINFER_NO_FUSE_QKV=1 turns it off)
+    bool ffn = true;  // SwiGLU (MINFER_NO_FUSE_FFN=1 turns it off)
+};
+
+// Reads MINFER_NO_FUSE_QKV / MINFER_NO_FUSE_FFN.
+FuseOptions fuse_options_from_env();
+
+struct FuseStats {
+    int qkv = 0;   // layers whose Q/K/V were fused
+    int ffn = 0;   // SwiGLU nodes made
+    int dead = 0;  // nodes left without consumers
+};
+
+FuseStats fuse(Graph& g, const FuseOptions& opt);
+
+// Cuts the sources of every node that no output depends on; returns how many
+// nodes are dead. Inputs are kept (they are pinned and host-filled).
+int eliminate_dead(Graph& g);
+
+}  // namespace minfer::graph

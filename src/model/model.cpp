@@ -1,0 +1,182 @@
+#include "model/model.h"
+
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace minfer::model {
+
+namespace {
+
+std::string shape_str(const std::array<int64_t, 4>& ne, uint32_t n_dims) {
+    std::ostringstream os;
+    os << "[";
+    for (uint32_t i = 0; i < n_dims; ++i) os << (i ? ", " : "") << ne[i];
+    os << "]";
+    return os.str();
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+    std::ostringstream os;
+    os << "[";
+    for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+    os << "]";
+    return os.str();
+}
+
+int64_t require_int(const gguf::File& f, const std::string& key, int64_t lo, int64_t hi) {
+    auto v = f.get_int(key);
+    if (!v) throw Error("'" + f.path() + "': missing hyper-parameter '" + key + "'");
+    if (*v < lo || *v > hi)
+        throw Error("'" + f.path() + "': hyper-parameter '" + key + "' = " + std::to_string(*v) +
+                    " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return *v;
+}
+
+}  // namespace
+
+HParams load_hparams(const gguf::File& f) {
+    HParams hp;
+    auto arch = f.get_string("general.architecture");
+    if (!arch) throw Error("'" + f.path() + "': missing 'general.architecture'");
+    hp.arch_name = *arch;
+    if (*arch == "qwen2") {
+        hp.arch = Arch::Qwen2;
+    } else if (*arch == "qwen3") {
+        hp.arch = Arch::Qwen3;
+    } else {
+        throw Error("'" + f.path() + "': unsupported architecture '" + *arch +
+                    "' (minfer runs qwen2 and qwen3 models)");
+    }
+    const std::string a = *arch + ".";
+    // Bounds are sanity limits far above any real model; they keep every
+    // later size computation far from overflow.
+    hp.n_ctx_train = require_int(f, a + "context_length", 1, 1 << 24);
+    hp.n_embd = require_int(f, a + "embedding_length", 1, 1 << 20);
+    hp.n_layer = require_int(f, a + "block_count", 1, 4096);
+    hp.n_ff = require_int(f, a + "feed_forward_length", 1, 1 << 22);
+    hp.n_head = require_int(f, a + "attention.head_count", 1, 1 << 14);
+    hp.n_head_kv = f.get_int(a + "attention.head_count_kv")
+                       ? require_int(f, a + "attention.head_count_kv", 1, 1 << 14)
+                       : hp.n_head;
+    if (hp.n_head % hp.n_head_kv != 0)
+        throw Error("'" + f.path() + "': attention.head_count (" + std::to_string(hp.n_head) +
+                    ") is not a multiple of attention.head_count_kv (" +
+                    std::to_string(hp.n_head_kv) + ")");
+    if (f.get_int(a + "attention.key_length")) {
+        hp.head_dim = require_int(f, a + "attention.key_length", 2, 1 << 14);
+        if (auto vl = f.get_int(a + "attention.value_length"); vl && *vl != hp.head_dim)
+            throw Error("'" + f.path() + "': attention.value_length (" + std::to_string(*vl) +
+                        ") differs from attention.key_length (" + std::to_string(hp.head_dim) +
+                        "); minfer needs them equal");
+    } else {
+        if (hp.n_embd % hp.n_head != 0)
+            throw Error("'" + f.path() + "': embedding_length is not a multiple of head_count");
+        hp.head_dim = hp.n_embd / hp.n_head;
+    }
+    if (hp.head_dim % 2 != 0)
+        throw Error("'" + f.path() + "': head size " + std::to_string(hp.head_dim) +
+                    " is odd; RoPE needs an even head size");
+    if (auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon")) {
+        if (!(*eps > 0 && *eps < 1))
+            throw Error("'" + f.path() + "': attention.layer_norm_rms_epsilon out of range");
+        hp.rms_eps = static_cast<float>(*eps);
+    }
+    if (auto base = f.get_float(a + "rope.freq_base")) {
+        if (!(*base > 1 && std::isfinite(*base)))
+            throw Error("'" + f.path() + "': rope.freq_base out of range");
+        hp.rope_freq_base = static_cast<float>(*base);
+    }
+    for (const char* key : {"rope.scaling.type", "rope.scaling_type"}) {
+        if (auto st = f.get_string(a + key); st && *st != "none")
+            throw Error("'" + f.path() + "': RoPE scaling '" + *st + "' (" + a + key +
+                        ") is not supported yet");
+    }
+    if (auto factor = f.get_float(a + "rope.scaling.factor"); factor && *factor != 0 && *factor != 1)
+        throw Error("'" + f.path() + "': RoPE scaling factor " + std::to_string(*factor) +
+                    " is not supported yet");
+    return hp;
+}
+
+const tensor::TensorView* Model::bind(const std::string& name, std::vector<int64_t> shape,
+                                      bool required, bool f32_only) {
+    const gguf::TensorInfo* ti = file.find_tensor(name);
+    if (!ti) {
+        if (required) throw Error("'" + file.path() + "': missing tensor '" + name + "'");
+        return nullptr;
+    }
+    bool ok = ti->n_dims == shape.size();
+    for (size_t i = 0; ok && i < shape.size(); ++i) ok = ti->ne[i] == shape[i];
+    if (!ok)
+        throw Error("'" + file.path() + "': tensor '" + name + "' has shape " +
+                    shape_str(ti->ne, ti->n_dims) + ", the hyper-parameters ask for " +
+                    shape_str(shape));
+    if (f32_only && ti->type != tensor::DType::F32)
+        throw Error("'" + file.path() + "': tensor '" + name + "' is " +
+                    std::string(tensor::dtype_name(ti->type)) + "; minfer expects f32 here");
+    if (ti->type == tensor::DType::Q8_1 || ti->type == tensor::DType::Q8_K ||
+        ti->type == tensor::DType::I32)
+        throw Error("'" + file.path() + "': tensor '" + name + "' has type " +
+                    std::string(tensor::dtype_name(ti->type)) + ", which is not a weight type");
+    views_.push_back(ti->view());
+    return &views_.back();
+}
+
+Model Model::load(const std::string& path) { return from_file(gguf::File::open(path)); }
+
+Model Model::from_file(gguf::File f) {
+    Model m;
+    m.file = std::move(f);
+    m.hp = load_hparams(m.file);
+    HParams& hp = m.hp;
+
+    const gguf::TensorInfo* emb = m.file.find_tensor("token_embd.weight");
+    if (!emb) throw Error("'" + m.file.path() + "': missing tensor 'token_embd.weight'");
+    if (emb->n_dims != 2 || emb->ne[0] != hp.n_embd)
+        throw Error("'" + m.file.path() + "': tensor 'token_embd.weight' has shape " +
+                    shape_str(emb->ne, emb->n_dims) + ", expected [" +
+                    std::to_string(hp.n_embd) + ", n_vocab]");
+    hp.n_vocab = emb->ne[1];
+    if (const auto* toks = m.file.get_string_array("tokenizer.ggml.tokens")) {
+        if (static_cast<int64_t>(toks->size()) < hp.n_vocab)
+            throw Error("'" + m.file.path() + "': the vocabulary has " +
+                        std::to_string(toks->size()) +
+                        " tokens but token_embd.weight has " + std::to_string(hp.n_vocab) +
+                        " rows");
+    }
+
+    const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff;
+    m.tok_embd = m.bind("token_embd.weight", {E, hp.n_vocab}, true, false);
+    m.output_norm = m.bind("output_norm.weight", {E}, true, true);
+    m.output = m.bind("output.weight", {E, hp.n_vocab}, false, false);
+    if (!m.output) {
+        m.output = m.tok_embd;
+        m.tied_output = true;
+    }
+    const bool qwen2 = hp.arch == Arch::Qwen2;
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        LayerWeights L;
+        L.attn_norm = m.bind(p + "attn_norm.weight", {E}, true, true);
+        L.wq = m.bind(p + "attn_q.weight", {E, Q}, true, false);
+        L.wk = m.bind(p + "attn_k.weight", {E, KV}, true, false);
+        L.wv = m.bind(p + "attn_v.weight", {E, KV}, true, false);
+        L.bq = m.bind(p + "attn_q.bias", {Q}, qwen2, true);
+        L.bk = m.bind(p + "attn_k.bias", {KV}, qwen2, true);
+        L.bv = m.bind(p + "attn_v.bias", {KV}, qwen2, true);
+        L.q_norm = m.bind(p + "attn_q_norm.weight", {hp.head_dim}, !qwen2, true);
+        L.k_norm = m.bind(p + "attn_k_norm.weight", {hp.head_dim}, !qwen2, true);
+        L.wo = m.bind(p + "attn_output.weight", {Q, E}, true, false);
+        L.ffn_norm = m.bind(p + "ffn_norm.weight", {E}, true, true);
+        L.w_gate = m.bind(p + "ffn_gate.weight", {E, F}, true, false);
+        L.w_up = m.bind(p + "ffn_up.weight", {E, F}, true, false);
+        L.w_down = m.bind(p + "ffn_down.weight", {F, E}, true, false);
+        m.layers.push_back(L);
+    }
+    for (const auto& t : m.file.tensors()) m.weight_bytes += t.nbytes;
+    return m;
+}
+
+}  // namespace minfer::model

@@ -1,0 +1,84 @@
+// A loaded model: hyper-parameters and weights read from a GGUF file and
+// checked against each other. Weights stay in the memory-mapped file; the
+// TensorViews here point into it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "tensor/tensor_view.h"
+
+namespace minfer::model {
+
+enum class Arch { Qwen2, Qwen3 };
+
+struct HParams {
+    Arch arch = Arch::Qwen2;
+    std::string arch_name;   // general.architecture
+    int64_t n_vocab = 0;
+    int64_t n_ctx_train = 0;  // <arch>.context_length
+    int64_t n_embd = 0;
+    int64_t n_layer = 0;
+    int64_t n_ff = 0;
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;     // <arch>.attention.key_length, else n_embd / n_head
+    float rms_eps = 1e-6f;
+    float rope_freq_base = 10000.0f;
+
+    int64_t n_embd_q() const { return n_head * head_dim; }
+    int64_t n_embd_kv() const { return n_head_kv * head_dim; }
+};
+
+// Reads and checks hyper-parameters. Throws minfer::Error naming the key for
+// an unknown architecture, a missing or out-of-range value, or RoPE scaling.
+HParams load_hparams(const gguf::File& file);
+
+struct LayerWeights {
+    const tensor::TensorView* attn_norm = nullptr;  // [n_embd]
+    const tensor::TensorView* wq = nullptr;         // [n_embd, n_embd_q]
+    const tensor::TensorView* wk = nullptr;         // [n_embd, n_embd_kv]
+    const tensor::TensorView* wv = nullptr;         // [n_embd, n_embd_kv]
+    const tensor::TensorView* bq = nullptr;         // [n_embd_q]   qwen2 only
+    const tensor::TensorView* bk = nullptr;         // [n_embd_kv]  qwen2 only
+    const tensor::TensorView* bv = nullptr;         // [n_embd_kv]  qwen2 only
+    const tensor::TensorView* q_norm = nullptr;     // [head_dim]   qwen3 only
+    const tensor::TensorView* k_norm = nullptr;     // [head_dim]   qwen3 only
+    const tensor::TensorView* wo = nullptr;         // [n_embd_q, n_embd]
+    const tensor::TensorView* ffn_norm = nullptr;   // [n_embd]
+    const tensor::TensorView* w_gate = nullptr;     // [n_embd, n_ff]
+    const tensor::TensorView* w_up = nullptr;       // [n_embd, n_ff]
+    const tensor::TensorView* w_down = nullptr;     // [n_ff, n_embd]
+};
+
+struct Model {
+    gguf::File file;
+    HParams hp;
+    const tensor::TensorView* tok_embd = nullptr;     // [n_embd, n_vocab]
+    const tensor::TensorView* output_norm = nullptr;  // [n_embd]
+    const tensor::TensorView* output = nullptr;       // [n_embd, n_vocab]; == tok_embd when tied
+    bool tied_output = false;
+    std::vector<LayerWeights> layers;
+    size_t weight_bytes = 0;  // bytes of all tensors (mapped, not copied)
+
+    Model() = default;
+    Model(Model&&) = default;  // a deque keeps element addresses across moves
+    Model& operator=(Model&&) = default;
+    Model(const Model&) = delete;  // the layer pointers would dangle into the copy's source
+    Model& operator=(const Model&) = delete;
+
+    // Opens, validates and binds every weight. Throws minfer::Error naming the
+    // file and the key or tensor at fault.
+    static Model load(const std::string& path);
+    static Model from_file(gguf::File file);
+
+private:
+    std::deque<tensor::TensorView> views_;  // stable addresses for the pointers above
+    const tensor::TensorView* bind(const std::string& name, std::vector<int64_t> shape,
+                                   bool required, bool f32_only);
+};
+
+}  // namespace minfer::model

@@ -1,0 +1,84 @@
+// A session runs a model over a growing sequence: prompt passes and decode
+// steps, one KV cache, graphs reused through the GraphCache. It alone orders
+// prefill and decode; the CLI and the tests talk to it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "graph/assign.h"
+#include "graph/fuse.h"
+#include "model/model.h"
+
+namespace minfer::runtime {
+
+struct SessionOptions {
+    int64_t n_ctx = 4096;    // KV rows; callers clamp it (see plan_context)
+    int64_t n_batch = 512;   // tokens per forward pass at most
+    int n_threads = 0;       // 0: physical cores
+    graph::FuseOptions fuse = graph::fuse_options_from_env();
+    // Layers [first, end) on the queue backend (a stand-in for a GPU); none by default.
+    int32_t queue_first_layer = 0;
+    int32_t queue_end_layer = 0;
+    tensor::DType kv_type = tensor::DType::F32;
+};
+
+struct SessionStats {
+    int64_t passes = 0;            // forward passes run
+    int64_t decode_steps = 0;      // passes of one token
+    int64_t graphs_built = 0;      // builds (cache misses)
+    int64_t graphs_reused = 0;     // cache hits
+    int64_t rebuilds_after_first_decode = 0;
+    int64_t allocations_after_first_decode = 0;  // pool buffers created after the first decode step
+};
+
+class Session {
+public:
+    Session(const model::Model& model, SessionOptions options);
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    // Runs `tokens` at positions n_past() .. n_past() + size - 1, in passes of
+    // at most n_batch tokens. Returns the logits of the last token
+    // ([n_vocab]) or, with all_logits, of every token ([size × n_vocab],
+    // token-major). Throws minfer::Error when the tokens do not fit in n_ctx
+    // (nothing is run then) or a token id is out of range.
+    std::vector<float> eval(std::span<const int32_t> tokens, bool all_logits = false);
+
+    int64_t n_past() const { return n_past_; }
+    int64_t n_ctx() const { return options_.n_ctx; }
+    int64_t n_vocab() const { return model_.hp.n_vocab; }
+    // Forget positions >= n (the KV rows are overwritten by later passes).
+    void truncate(int64_t n);
+
+    const model::Model& model() const { return model_; }
+    const SessionOptions& options() const { return options_; }
+    const SessionStats& stats() const { return stats_; }
+
+    // The internals, for reports and the visual page.
+    struct Impl;
+    Impl& impl() { return *impl_; }
+
+private:
+    const model::Model& model_;
+    SessionOptions options_;
+    int64_t n_past_ = 0;
+    SessionStats stats_;
+    std::unique_ptr<Impl> impl_;
+};
+
+// The context-size rule of the design: the user's request (default 4096),
+// clamped to the model's trained context with a warning, raised to fit the
+// prompt; a prompt longer than the trained context is an error.
+struct ContextPlan {
+    int64_t n_ctx = 0;
+    std::string warning;  // empty when nothing was changed that the user asked for
+};
+ContextPlan plan_context(int64_t requested, bool user_requested, int64_t n_ctx_train,
+                         int64_t n_prompt, int64_t n_predict_hint = 0);
+
+}  // namespace minfer::runtime
