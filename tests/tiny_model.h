@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -96,6 +97,10 @@ inline std::vector<uint8_t> encode_tensor(tensor::DType type, const std::vector<
     const int64_t rows = static_cast<int64_t>(x.size()) / ne0;
     const size_t rb = tensor::row_size(type, ne0);
     std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
+    if (type == tensor::DType::F32) {
+        std::memcpy(out.data(), x.data(), out.size());
+        return out;
+    }
     for (int64_t r = 0; r < rows; ++r)
         tensor::quantize_row(type, x.data() + r * ne0, out.data() + static_cast<size_t>(r) * rb,
                              ne0);

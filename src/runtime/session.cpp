@@ -1,0 +1,151 @@
+// One pass, as data (ARCHITECTURE.md "One decode step"):
+//   params -> GraphCache::try_reuse, else build -> assign -> fuse -> replace
+//   -> fill inputs by name -> Scheduler::execute -> read the logits rows.
+#include "runtime/session.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/queue/queue_backend.h"
+#include "graph/cache.h"
+#include "graph/scheduler.h"
+#include "model/build.h"
+#include "runtime/session_impl.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace minfer::runtime {
+
+Session::Session(const model::Model& model, SessionOptions options)
+    : model_(model), options_(std::move(options)) {
+    if (options_.n_ctx < 1) throw Error("the context size must be at least 1");
+    if (options_.n_batch < 1) throw Error("the batch size must be at least 1");
+    if (options_.n_threads <= 0) options_.n_threads = ThreadPool::physical_cores();
+    if (options_.queue_end_layer > model_.hp.n_layer)
+        throw Error("--queue-layers: the model has only " + std::to_string(model_.hp.n_layer) +
+                    " layers");
+    impl_ = std::make_unique<Impl>(model_, options_);
+}
+
+Session::~Session() = default;
+
+Session::Impl::Impl(const model::Model& model, const SessionOptions& o) : model(model) {
+    cpu = std::make_unique<backend::CpuBackend>(o.n_threads);
+    backends.push_back(cpu.get());
+    if (o.queue_end_layer > o.queue_first_layer) {
+        queue = std::make_unique<backend::QueueBackend>();
+        backends.push_back(queue.get());
+    }
+    cache = std::make_unique<graph::GraphCache>(backends);
+    cparams.n_ctx = o.n_ctx;
+    cparams.fuse_qkv = o.fuse.qkv;
+    cparams.fuse_ffn = o.fuse.ffn;
+    cparams.kv_type = o.kv_type;
+    if (queue) {
+        cparams.layer_backend.assign(static_cast<size_t>(model.hp.n_layer), 0);
+        for (int32_t l = o.queue_first_layer; l < o.queue_end_layer; ++l)
+            cparams.layer_backend[static_cast<size_t>(l)] = 1;
+    }
+    placement.first_layer = o.queue_first_layer;
+    placement.end_layer = o.queue_end_layer;
+    placement.backend = 1;
+}
+
+Session::Impl::~Impl() = default;
+
+graph::Graph& Session::Impl::prepare(int64_t n_tokens, int64_t n_out, bool* rebuilt) {
+    graph::GraphParams params;
+    params.n_tokens = n_tokens;
+    params.n_out = n_out;
+    params.kind = n_tokens == 1 ? graph::kDecode : graph::kPrefill;
+    params.cparams = cparams;
+    if (graph::Graph* g = cache->try_reuse(params)) {
+        *rebuilt = false;
+        return *g;
+    }
+    model::BuildParams bp;
+    bp.n_tokens = n_tokens;
+    bp.n_out = n_out;
+    bp.n_ctx = cparams.n_ctx;
+    bp.kv_type = cparams.kv_type;
+    graph::Graph g = model::build_graph(model, bp);
+    graph::assign_backends(g, backends, placement);
+    graph::fuse(g, {.qkv = cparams.fuse_qkv, .ffn = cparams.fuse_ffn});
+    *rebuilt = true;
+    return cache->replace(params, std::move(g));
+}
+
+size_t Session::Impl::pool_allocations() const {
+    size_t n = 0;
+    for (const backend::Backend* b : backends) n += b->stats().allocations;
+    return n;
+}
+
+void Session::truncate(int64_t n) {
+    if (n < 0 || n > n_past_) throw Error("truncate: position out of range");
+    n_past_ = n;
+}
+
+std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logits) {
+    const int64_t n_total = static_cast<int64_t>(tokens.size());
+    if (n_total == 0) throw Error("eval: no tokens");
+    if (n_past_ + n_total > options_.n_ctx)
+        throw Error("context full: " + std::to_string(n_past_) + " cached + " +
+                    std::to_string(n_total) + " new tokens exceed the context size of " +
+                    std::to_string(options_.n_ctx));
+    const int64_t n_vocab = model_.hp.n_vocab;
+    for (int32_t t : tokens)
+        if (t < 0 || t >= n_vocab)
+            throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                        std::to_string(n_vocab - 1) + ")");
+
+    std::vector<float> out(static_cast<size_t>((all_logits ? n_total : 1) * n_vocab));
+    std::vector<int32_t> positions, tail;
+    for (int64_t done = 0; done < n_total;) {
+        const int64_t n = std::min(options_.n_batch, n_total - done);
+        const bool last_pass = done + n == n_total;
+        const int64_t n_out = all_logits ? n : 1;
+        const size_t allocs_before = impl_->pool_allocations();
+        bool rebuilt = false;
+        graph::Graph& g = impl_->prepare(n, n_out, &rebuilt);
+        graph::GraphAllocator& alloc = impl_->cache->allocator();
+
+        positions.resize(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(n_past_ + i);
+        alloc.fill_input(g, "token_ids", tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)));
+        alloc.fill_input(g, "positions", positions);
+        if (n_out < n) {
+            tail.resize(static_cast<size_t>(n_out));
+            for (int64_t i = 0; i < n_out; ++i) tail[static_cast<size_t>(i)] = static_cast<int32_t>(n - n_out + i);
+            alloc.fill_input(g, "tail_ids", tail);
+        }
+        impl_->scheduler.execute(g, alloc);
+
+        if (all_logits || last_pass) {
+            const graph::NodeId out_id = g.outputs.at(0);
+            const backend::BufRef ref = *alloc.node_buffer(out_id);
+            float* dst = out.data() + (all_logits ? done * n_vocab : 0);
+            alloc.backend(ref.backend).read_host(ref, dst, static_cast<size_t>(n_out * n_vocab) * sizeof(float));
+        }
+
+        // Counters for the memory report: after the first decode step, a
+        // decode step must neither rebuild nor allocate.
+        ++stats_.passes;
+        if (rebuilt) ++stats_.graphs_built;
+        else ++stats_.graphs_reused;
+        if (n == 1) {
+            if (stats_.decode_steps > 0) {
+                if (rebuilt) ++stats_.rebuilds_after_first_decode;
+                stats_.allocations_after_first_decode +=
+                    static_cast<int64_t>(impl_->pool_allocations() - allocs_before);
+            }
+            ++stats_.decode_steps;
+        }
+        n_past_ += n;
+        done += n;
+    }
+    return out;
+}
+
+}  // namespace minfer::runtime

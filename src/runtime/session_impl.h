@@ -1,0 +1,41 @@
+// Session internals, visible to the reports (memory report, graph dump,
+// visual page) but not part of the public session API.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "graph/assign.h"
+#include "graph/cache.h"
+#include "graph/scheduler.h"
+#include "runtime/session.h"
+
+namespace minfer::backend {
+class CpuBackend;
+class QueueBackend;
+}  // namespace minfer::backend
+
+namespace minfer::runtime {
+
+struct Session::Impl {
+    Impl(const model::Model& model, const SessionOptions& options);
+    ~Impl();
+
+    // The graph for a pass of n_tokens with n_out logits rows: reused from
+    // the cache when its parameters match, else built, assigned, fused and
+    // allocated.
+    graph::Graph& prepare(int64_t n_tokens, int64_t n_out, bool* rebuilt);
+    size_t pool_allocations() const;
+
+    const model::Model& model;
+    std::unique_ptr<backend::CpuBackend> cpu;
+    std::unique_ptr<backend::QueueBackend> queue;  // only with --queue-layers
+    std::vector<backend::Backend*> backends;
+    std::unique_ptr<graph::GraphCache> cache;
+    graph::Scheduler scheduler;
+    graph::CParams cparams;
+    graph::Placement placement;
+};
+
+}  // namespace minfer::runtime
