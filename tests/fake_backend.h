@@ -30,11 +30,13 @@ class FakeBackend : public backend::Backend {
     void write_host(const backend::BufRef& dst, const void* src, size_t nbytes) override {
         MINFER_ASSERT(dst.backend == self);
         ++n_writes;
+        note("write");
         pool.write(dst, src, nbytes);
     }
     void read_host(const backend::BufRef& src, void* dst, size_t nbytes) override {
         MINFER_ASSERT(src.backend == self);
         ++n_reads;
+        note("read");
         pool.read(src, dst, nbytes);
     }
     bool supports_op(const graph::Node&) const override { return true; }
@@ -43,6 +45,7 @@ class FakeBackend : public backend::Backend {
         MINFER_ASSERT(out.backend == self);
         for (const auto& s : srcs) MINFER_ASSERT(s.backend == self);  // never another pool
         executed.push_back(node.name);
+        note("exec " + node.name);
         saw_kv.push_back(kv != nullptr);
         const size_t n = out.len / sizeof(float);
         auto* o = reinterpret_cast<float*>(pool.resolve(out));
@@ -72,8 +75,19 @@ class FakeBackend : public backend::Backend {
             }
         }
     }
-    void submit() override { ++n_submits; }
-    void synchronize() override { ++n_syncs; }
+    void submit() override {
+        ++n_submits;
+        note("submit");
+    }
+    void synchronize() override {
+        ++n_syncs;
+        note("sync");
+    }
+    // Events of every backend sharing one log, as "<backend> <event>".
+    void note(const std::string& what) {
+        if (log) log->push_back(name_ + " " + what);
+    }
+    std::vector<std::string>* log = nullptr;
 
     backend::HostPool pool;
     graph::BackendId self = 0;  // index in the backend list, for sanity checks
