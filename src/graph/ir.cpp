@@ -8,22 +8,38 @@ namespace minfer::graph {
 
 std::string_view op_name(Op op) {
     switch (op) {
-        case Op::Input: return "Input";
-        case Op::GetRows: return "GetRows";
-        case Op::SelectRows: return "SelectRows";
-        case Op::RmsNorm: return "RmsNorm";
-        case Op::MatMul: return "MatMul";
-        case Op::Add: return "Add";
-        case Op::AddBias: return "AddBias";
-        case Op::Mul: return "Mul";
-        case Op::Silu: return "Silu";
-        case Op::SwiGLU: return "SwiGLU";
-        case Op::HeadNorm: return "HeadNorm";
-        case Op::Rope: return "Rope";
-        case Op::KvStore: return "KvStore";
-        case Op::Attn: return "Attn";
-        case Op::FusedQKV: return "FusedQKV";
-        case Op::QkvBiasRopeStore: return "QkvBiasRopeStore";
+        case Op::Input:
+            return "Input";
+        case Op::GetRows:
+            return "GetRows";
+        case Op::SelectRows:
+            return "SelectRows";
+        case Op::RmsNorm:
+            return "RmsNorm";
+        case Op::MatMul:
+            return "MatMul";
+        case Op::Add:
+            return "Add";
+        case Op::AddBias:
+            return "AddBias";
+        case Op::Mul:
+            return "Mul";
+        case Op::Silu:
+            return "Silu";
+        case Op::SwiGLU:
+            return "SwiGLU";
+        case Op::HeadNorm:
+            return "HeadNorm";
+        case Op::Rope:
+            return "Rope";
+        case Op::KvStore:
+            return "KvStore";
+        case Op::Attn:
+            return "Attn";
+        case Op::FusedQKV:
+            return "FusedQKV";
+        case Op::QkvBiasRopeStore:
+            return "QkvBiasRopeStore";
     }
     return "?";
 }

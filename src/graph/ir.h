@@ -22,8 +22,8 @@ constexpr BackendId kNoBackend = -1;
 // Shapes below are ggml order, [ne0, ne1]: ne0 is the row length, ne1 the
 // number of tokens (rows). n = tokens in this pass.
 enum class Op : uint8_t {
-    Input,       // host-filled I32 data: token_ids / positions / tail_ids   [n]
-    GetRows,     // embedding: weights[0] table [n_embd, n_vocab] (any dtype), src0 ids -> [n_embd, n]
+    Input,    // host-filled I32 data: token_ids / positions / tail_ids   [n]
+    GetRows,  // embedding: weights[0] table [n_embd, n_vocab] (any dtype), src0 ids -> [n_embd, n]
     SelectRows,  // src0 [ne0, n], src1 row ids (I32) -> [ne0, n_ids]  (tail rows for logits)
     RmsNorm,     // src0 [ne0, n], weights[0] [ne0] f32, meta.eps -> [ne0, n]
     MatMul,      // src0 [K, n] f32 activations, weights[0] [K, M] any dtype -> [M, n]
@@ -51,18 +51,18 @@ std::string_view op_name(Op op);
 // Per-op parameters; fields an op does not use stay at their defaults.
 struct NodeMeta {
     int32_t layer = -1;
-    float eps = 0.0f;             // RmsNorm, HeadNorm, epilogue's q/k norm
-    int32_t n_head = 0;           // query heads
-    int32_t n_head_kv = 0;        // key/value heads
+    float eps = 0.0f;       // RmsNorm, HeadNorm, epilogue's q/k norm
+    int32_t n_head = 0;     // query heads
+    int32_t n_head_kv = 0;  // key/value heads
     int32_t head_dim = 0;
     float rope_freq_base = 10000.0f;
-    int64_t n_ctx = 0;            // KV region rows (KvStore, Attn, FusedQKV, epilogue)
+    int64_t n_ctx = 0;  // KV region rows (KvStore, Attn, FusedQKV, epilogue)
     tensor::DType kv_type = tensor::DType::F32;  // element type of the KV regions
 };
 
 struct Node {
     Op op = Op::Input;
-    std::string name;                      // "attn_norm.3", "token_ids"
+    std::string name;                         // "attn_norm.3", "token_ids"
     tensor::DType type = tensor::DType::F32;  // of the output: F32, or I32 for inputs
     std::array<int64_t, 4> ne{1, 1, 1, 1};
     std::vector<NodeId> src;
@@ -76,11 +76,11 @@ struct Node {
 };
 
 struct Graph {
-    std::vector<Node> nodes;     // build order == execution order
-    std::vector<NodeId> inputs;  // Input nodes, filled on the host before execution
-    std::vector<NodeId> outputs; // read on the host after execution (logits)
+    std::vector<Node> nodes;      // build order == execution order
+    std::vector<NodeId> inputs;   // Input nodes, filled on the host before execution
+    std::vector<NodeId> outputs;  // read on the host after execution (logits)
 
-    NodeId add(Node n);                 // appends, returns the id
+    NodeId add(Node n);                             // appends, returns the id
     NodeId add_input(std::string name, int64_t n);  // an I32 Input node, registered in inputs
     const Node& node(NodeId id) const { return nodes.at(static_cast<size_t>(id)); }
     Node& node(NodeId id) { return nodes.at(static_cast<size_t>(id)); }

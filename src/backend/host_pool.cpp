@@ -1,0 +1,93 @@
+#include "backend/host_pool.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "util/error.h"
+
+namespace minfer::backend {
+
+void HostPool::AlignedDelete::operator()(uint8_t* p) const {
+    ::operator delete[](p, std::align_val_t{kAlign});
+}
+
+BufferId HostPool::create(size_t bytes) {
+    // At least one alignment unit, so every buffer has a distinct address.
+    const size_t cap = std::max(bytes, kAlign);
+    auto* raw = static_cast<uint8_t*>(::operator new[](cap, std::align_val_t{kAlign}));
+    std::memset(raw, 0, cap);
+    Buf b;
+    b.mem.reset(raw);
+    b.bytes = bytes;
+    bufs_.push_back(std::move(b));
+    ++stats_.n_buffers;
+    ++stats_.allocations;
+    stats_.bytes += bytes;
+    return static_cast<BufferId>(bufs_.size() - 1);
+}
+
+BufferId HostPool::allocate(size_t bytes) {
+    auto it = std::find_if(free_.begin(), free_.end(),
+                           [&](BufferId id) { return bufs_[id].bytes == bytes; });
+    if (it != free_.end()) {
+        const BufferId id = *it;
+        *it = free_.back();
+        free_.pop_back();
+        bufs_[id].free = false;
+        std::memset(bufs_[id].mem.get(), 0, bytes);
+        ++stats_.recycled;
+        return id;
+    }
+    return create(bytes);
+}
+
+BufferId HostPool::allocate_fresh(size_t bytes) {
+    return create(bytes);
+}
+
+void HostPool::free(BufferId id) {
+    MINFER_ASSERT_MSG(id < bufs_.size(), "free of an unknown buffer id");
+    if (bufs_[id].free) return;
+    bufs_[id].free = true;
+    free_.push_back(id);
+}
+
+size_t HostPool::buffer_bytes(BufferId id) const {
+    MINFER_ASSERT_MSG(id < bufs_.size(), "unknown buffer id");
+    return bufs_[id].bytes;
+}
+
+bool HostPool::is_free(BufferId id) const {
+    MINFER_ASSERT_MSG(id < bufs_.size(), "unknown buffer id");
+    return bufs_[id].free;
+}
+
+const uint8_t* HostPool::resolve(const BufRef& ref) const {
+    MINFER_ASSERT_MSG(ref.id < bufs_.size(), "BufRef names an unknown buffer id");
+    const Buf& b = bufs_[ref.id];
+    MINFER_ASSERT_MSG(ref.offset <= b.bytes && ref.len <= b.bytes - ref.offset,
+                      "BufRef window outside its buffer");
+    return b.mem.get() + ref.offset;
+}
+
+uint8_t* HostPool::resolve(const BufRef& ref) {
+    return const_cast<uint8_t*>(static_cast<const HostPool*>(this)->resolve(ref));
+}
+
+void HostPool::write(const BufRef& dst, const void* src, size_t nbytes) {
+    if (nbytes > dst.len)
+        throw Error("write_host: " + std::to_string(nbytes) + " bytes into a window of " +
+                    std::to_string(dst.len) + " (buffer " + std::to_string(dst.id) + ")");
+    if (nbytes) std::memcpy(resolve(dst), src, nbytes);
+}
+
+void HostPool::read(const BufRef& src, void* dst, size_t nbytes) const {
+    if (nbytes > src.len)
+        throw Error("read_host: " + std::to_string(nbytes) + " bytes from a window of " +
+                    std::to_string(src.len) + " (buffer " + std::to_string(src.id) + ")");
+    if (nbytes) std::memcpy(dst, resolve(src), nbytes);
+}
+
+}  // namespace minfer::backend

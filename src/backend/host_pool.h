@@ -1,0 +1,54 @@
+// A pool of host buffers shared by the CPU and the queue backends: stable
+// ids, memory that never moves (a queue records raw pointers), 64-byte
+// alignment for SIMD rows, exact-size free-list recycling.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace minfer::backend {
+
+class HostPool {
+  public:
+    static constexpr size_t kAlign = 64;
+
+    // A free buffer of exactly `bytes` (zeroed, so stale data cannot leak)
+    // or a new zeroed one.
+    BufferId allocate(size_t bytes);
+    // Always a new buffer (split staging must never see the free list).
+    BufferId allocate_fresh(size_t bytes);
+    void free(BufferId id);  // idempotent
+    size_t buffer_bytes(BufferId id) const;
+    bool is_free(BufferId id) const;
+    PoolStats stats() const { return stats_; }
+
+    // Host pointer to the start of ref's window, after checking that the
+    // window lies inside its buffer (a bug otherwise).
+    uint8_t* resolve(const BufRef& ref);
+    const uint8_t* resolve(const BufRef& ref) const;
+    // Copy into / out of a window; throws minfer::Error when nbytes exceeds
+    // the window.
+    void write(const BufRef& dst, const void* src, size_t nbytes);
+    void read(const BufRef& src, void* dst, size_t nbytes) const;
+
+  private:
+    struct AlignedDelete {
+        void operator()(uint8_t* p) const;
+    };
+    struct Buf {
+        std::unique_ptr<uint8_t[], AlignedDelete> mem;  // [bytes], 64-byte aligned
+        size_t bytes = 0;
+        bool free = false;
+    };
+    BufferId create(size_t bytes);
+
+    std::vector<Buf> bufs_;       // index = BufferId; never shrinks
+    std::vector<BufferId> free_;  // ids whose Buf::free is set
+    PoolStats stats_;
+};
+
+}  // namespace minfer::backend

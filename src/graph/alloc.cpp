@@ -1,0 +1,340 @@
+#include "graph/alloc.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace minfer::graph {
+
+size_t class_size(size_t bytes) {
+    if (bytes <= kSizeClassStep) {
+        size_t c = 1;
+        while (c < bytes) c <<= 1;
+        return bytes == 0 ? 0 : c;
+    }
+    return (bytes + kSizeClassStep - 1) / kSizeClassStep * kSizeClassStep;
+}
+
+namespace {
+
+std::string node_label(const Graph& g, NodeId id) {
+    return "node " + std::to_string(id) + " ('" + g.node(id).name + "', " +
+           std::string(op_name(g.node(id).op)) + ")";
+}
+
+// Ops that write the KV regions: they run even when nothing consumes their
+// output, so they are never "dead".
+bool has_side_effect(Op op) {
+    return op == Op::KvStore || op == Op::QkvBiasRopeStore;
+}
+
+bool in_place_capable(Op op) {
+    return op == Op::Silu || op == Op::Rope || op == Op::QkvBiasRopeStore;
+}
+
+bool touches_kv(Op op) {
+    return op == Op::KvStore || op == Op::Attn || op == Op::FusedQKV || op == Op::QkvBiasRopeStore;
+}
+
+// Bytes of one KV region for a node that only names the layer through its
+// meta: [n_head_kv * head_dim, n_ctx] of kv_type.
+size_t meta_kv_bytes(const Graph& g, NodeId id) {
+    const NodeMeta& m = g.node(id).meta;
+    if (m.n_head_kv <= 0 || m.head_dim <= 0 || m.n_ctx <= 0)
+        throw Error("alloc: " + node_label(g, id) +
+                    " needs meta n_head_kv, head_dim and n_ctx to size its layer's KV regions");
+    return tensor::row_size(m.kv_type, static_cast<int64_t>(m.n_head_kv) * m.head_dim) *
+           static_cast<size_t>(m.n_ctx);
+}
+
+}  // namespace
+
+GraphAllocator::GraphAllocator(std::vector<backend::Backend*> backends)
+    : backends_(std::move(backends)) {
+    MINFER_ASSERT_MSG(!backends_.empty(), "the allocator needs at least one backend");
+    for (auto* b : backends_) MINFER_ASSERT(b != nullptr);
+}
+
+GraphAllocator::~GraphAllocator() {
+    for (auto& [slot, p] : plans_) free_plan(p);
+    for (const auto& pb : persistent_) backends_[pb.ref.backend]->free(pb.ref.id);
+}
+
+backend::Backend& GraphAllocator::backend(BackendId id) const {
+    MINFER_ASSERT(id >= 0 && static_cast<size_t>(id) < backends_.size());
+    return *backends_[static_cast<size_t>(id)];
+}
+
+GraphAllocator::Plan& GraphAllocator::plan() {
+    auto it = plans_.find(current_);
+    MINFER_ASSERT_MSG(it != plans_.end(), "no graph allocated");
+    return it->second;
+}
+const GraphAllocator::Plan& GraphAllocator::plan() const {
+    auto it = plans_.find(current_);
+    MINFER_ASSERT_MSG(it != plans_.end(), "no graph allocated");
+    return it->second;
+}
+
+void GraphAllocator::free_plan(Plan& p) {
+    for (auto [b, id] : p.owned) backend(b).free(id);
+    // Staging rejoins the free list only now, at rebuild, where the next
+    // build's monotonic sweep makes recycling it safe (§2.7).
+    for (auto& [key, ref] : p.cross) backend(ref.backend).free(ref.id);
+    p.owned.clear();
+    p.cross.clear();
+}
+
+void GraphAllocator::release_plan(int slot) {
+    auto it = plans_.find(slot);
+    if (it == plans_.end()) return;
+    free_plan(it->second);
+    plans_.erase(it);
+    if (current_ == slot) current_ = -1;
+}
+
+bool GraphAllocator::has_plan(int slot) const {
+    return plans_.count(slot) != 0;
+}
+
+void GraphAllocator::use_plan(int slot) {
+    MINFER_ASSERT_MSG(plans_.count(slot) != 0, "use_plan: slot was never allocated");
+    current_ = slot;
+}
+
+KvPair GraphAllocator::ensure_kv(int32_t layer, BackendId b, size_t bytes, const Node& node) {
+    if (layer < 0)
+        throw Error("alloc: node '" + node.name + "' (" + std::string(op_name(node.op)) +
+                    ") has no layer (meta.layer = " + std::to_string(layer) + ")");
+    if (auto it = kv_.find(layer); it != kv_.end()) {
+        // Sized on first use only: prefill and decode must agree on n_ctx,
+        // or a later kernel would write past the region.
+        if (it->second.k.backend != b)
+            throw Error("alloc: layer " + std::to_string(layer) + "'s KV regions live on backend " +
+                        std::to_string(it->second.k.backend) + " but node '" + node.name +
+                        "' runs on backend " + std::to_string(b));
+        if (bytes > it->second.k.len)
+            throw Error("alloc: node '" + node.name + "' needs KV regions of " +
+                        std::to_string(bytes) + " bytes but layer " + std::to_string(layer) +
+                        "'s were created with " + std::to_string(it->second.k.len) +
+                        " (n_ctx changed between graphs?)");
+        return it->second;
+    }
+    auto& be = backend(b);
+    KvPair pair;
+    pair.k = BufRef{b, be.allocate(bytes), 0, bytes};
+    pair.v = BufRef{b, be.allocate(bytes), 0, bytes};
+    persistent_.push_back({"kv." + std::to_string(layer) + ".k", pair.k});
+    persistent_.push_back({"kv." + std::to_string(layer) + ".v", pair.v});
+    kv_.emplace(layer, pair);
+    counters_.kv_regions += 2;
+    counters_.kv_bytes += 2 * bytes;
+    return pair;
+}
+
+const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
+    // 1. Tear down this slot's previous plan: its buffers go back to the
+    // pools' free lists. KV regions are not part of any plan; other slots'
+    // plans keep their buffers (they may be executed again).
+    if (auto it = plans_.find(slot); it != plans_.end()) {
+        free_plan(it->second);
+        plans_.erase(it);
+    }
+    if (current_ == slot) current_ = -1;
+
+    // 2. Validate acyclicity only (throws minfer::Error naming a node). The
+    // scheduler runs BUILD order, so liveness must use build order too: a
+    // Kahn order front-loads source-less nodes and would let a buffer be
+    // recycled while its reader still waits (the G3 bug).
+    (void)graph.topo_order();
+    const size_t n = graph.size();
+    for (size_t i = 0; i < n; ++i) {
+        const Node& node = graph.nodes[i];
+        const BackendId b = node_backend(node);
+        if (b < 0 || static_cast<size_t>(b) >= backends_.size())
+            throw Error("alloc: " + node_label(graph, static_cast<NodeId>(i)) +
+                        " is assigned to backend " + std::to_string(b) + " but only " +
+                        std::to_string(backends_.size()) + " exist");
+        for (NodeId s : node.src)
+            if (static_cast<size_t>(s) >= i)
+                throw Error("alloc: " + node_label(graph, static_cast<NodeId>(i)) + " reads node " +
+                            std::to_string(s) + " built after it (graphs execute in build order)");
+    }
+
+    // 3. Live ranges over build order: a node is live from its own position
+    // to its last reader's. Inputs (host-filled before execution — bug 2b)
+    // and outputs (read after it) are pinned past the end.
+    std::vector<size_t> last_use(n);
+    for (size_t i = 0; i < n; ++i) last_use[i] = i;
+    for (size_t i = 0; i < n; ++i)
+        for (NodeId s : graph.nodes[i].src)
+            last_use[static_cast<size_t>(s)] = std::max(last_use[static_cast<size_t>(s)], i);
+    std::vector<bool> pinned(n, false);
+    for (NodeId o : graph.outputs) {
+        MINFER_ASSERT(o >= 0 && static_cast<size_t>(o) < n);
+        last_use[static_cast<size_t>(o)] = n;
+        pinned[static_cast<size_t>(o)] = true;
+    }
+    for (NodeId in : graph.inputs) {
+        MINFER_ASSERT(in >= 0 && static_cast<size_t>(in) < n);
+        last_use[static_cast<size_t>(in)] = n;
+        pinned[static_cast<size_t>(in)] = true;
+    }
+
+    // 4. Consumers per node: the in-place alias guard.
+    const std::vector<int32_t> n_consumers = graph.n_consumers();
+
+    // 5. The walk. buf_alive: (backend, id) -> last position its contents
+    // are needed. Buffers swept mid-walk go to this plan's own free list
+    // (not the pool's) because this plan still names them in node_to_buf:
+    // another cached graph's plan must never draw them.
+    Plan p;
+    p.n_nodes = n;
+    p.node_to_buf.assign(n, std::nullopt);
+    p.aliased.assign(n, false);
+    std::map<std::pair<BackendId, BufferId>, size_t> buf_alive;
+    std::map<std::pair<BackendId, size_t>, std::vector<BufferId>> plan_free;  // (backend, class)
+
+    auto sweep = [&](size_t i) {
+        for (auto it = buf_alive.begin(); it != buf_alive.end();) {
+            if (it->second < i) {
+                const auto [b, id] = it->first;
+                plan_free[{b, backend(b).buffer_bytes(id)}].push_back(id);
+                it = buf_alive.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    };
+    auto alloc_in_pool = [&](BackendId b, size_t bytes, size_t live_until) {
+        const size_t cls = class_size(bytes);
+        BufferId id;
+        auto& fl = plan_free[{b, cls}];
+        if (!fl.empty()) {
+            id = fl.back();
+            fl.pop_back();
+        } else {
+            id = backend(b).allocate(cls);
+            p.owned.emplace_back(b, id);
+        }
+        buf_alive[{b, id}] = live_until;
+        return BufRef{b, id, 0, bytes};
+    };
+
+    for (size_t i = 0; i < n; ++i) {
+        sweep(i);
+        const NodeId id = static_cast<NodeId>(i);
+        const Node& node = graph.nodes[i];
+        const BackendId b = node_backend(node);
+        const size_t bytes = node.nbytes();
+        const bool live = last_use[i] > i || has_side_effect(node.op);
+
+        if (touches_kv(node.op)) {
+            const size_t kv_bytes = node.op == Op::KvStore ? bytes : meta_kv_bytes(graph, id);
+            const KvPair pair = ensure_kv(node.meta.layer, b, kv_bytes, node);
+            if (node.op == Op::KvStore) {
+                // The node's buffer is the K region (V is its sibling, reached
+                // through kv_pair). Never in buf_alive: no sweep can free it.
+                p.node_to_buf[i] = BufRef{b, pair.k.id, 0, bytes};
+                continue;
+            }
+        }
+        if (!live) {
+            ++p.stats.dead_nodes;  // e.g. the Silu orphaned by SwiGLU fusion
+            continue;
+        }
+        if (in_place_capable(node.op) && !node.src.empty()) {
+            // Alias src[0] only when nothing else reads it (we overwrite it),
+            // it is on this backend (no host copy of a pending buffer), and it
+            // is an ordinary liveness buffer (not a KV region, not an input
+            // refilled by the host, not an output read after the graph).
+            const auto s = static_cast<size_t>(node.src[0]);
+            const auto& sref = p.node_to_buf[s];
+            if (sref && sref->backend == b && n_consumers[s] == 1 && !pinned[s] &&
+                buf_alive.count({b, sref->id}) != 0 && bytes <= sref->len) {
+                p.node_to_buf[i] = BufRef{b, sref->id, sref->offset, bytes};
+                p.aliased[i] = true;
+                ++p.stats.aliased_nodes;
+                // The buffer now carries this node's deadline too.
+                auto& until = buf_alive[{b, sref->id}];
+                until = std::max(until, last_use[i]);
+                last_use[s] = std::max(last_use[s], last_use[i]);
+                continue;
+            }
+        }
+        p.node_to_buf[i] = alloc_in_pool(b, bytes, last_use[i]);
+    }
+
+    p.stats.n_nodes = n;
+    for (size_t i = 0; i < n; ++i) {
+        if (!p.node_to_buf[i]) continue;
+        ++p.stats.n_live;
+        if (graph.nodes[i].op != Op::KvStore) p.stats.naive_bytes += graph.nodes[i].nbytes();
+    }
+    p.stats.n_buffers = p.owned.size();
+    for (auto [b, bid] : p.owned) p.stats.pool_bytes += backend(b).buffer_bytes(bid);
+
+    ++counters_.graphs_allocated;
+    counters_.dead_nodes += p.stats.dead_nodes;
+    counters_.aliased_nodes += p.stats.aliased_nodes;
+    auto& stored = plans_[slot] = std::move(p);
+    current_ = slot;
+    return stored.stats;
+}
+
+std::optional<BufRef> GraphAllocator::node_buffer(NodeId id) const {
+    const Plan& p = plan();
+    MINFER_ASSERT(id >= 0 && static_cast<size_t>(id) < p.n_nodes);
+    return p.node_to_buf[static_cast<size_t>(id)];
+}
+
+bool GraphAllocator::is_aliased(NodeId id) const {
+    const Plan& p = plan();
+    MINFER_ASSERT(id >= 0 && static_cast<size_t>(id) < p.n_nodes);
+    return p.aliased[static_cast<size_t>(id)];
+}
+
+const PlanStats& GraphAllocator::plan_stats() const {
+    return plan().stats;
+}
+
+void GraphAllocator::fill_input(const Graph& graph, std::string_view name,
+                                std::span<const int32_t> data) {
+    const Plan& p = plan();
+    MINFER_ASSERT_MSG(p.n_nodes == graph.size(), "fill_input: graph is not the current plan's");
+    NodeId found = -1;
+    for (NodeId in : graph.inputs)
+        if (graph.node(in).name == name) found = in;
+    if (found < 0)
+        throw Error("fill_input: the graph has no input named '" + std::string(name) + "'");
+    const auto& ref = p.node_to_buf[static_cast<size_t>(found)];
+    MINFER_ASSERT_MSG(ref.has_value(), "inputs are pinned, so always have a buffer");
+    const size_t nbytes = data.size() * sizeof(int32_t);
+    if (nbytes != ref->len)
+        throw Error("fill_input: input '" + std::string(name) + "' holds " +
+                    std::to_string(ref->len / sizeof(int32_t)) + " values, got " +
+                    std::to_string(data.size()));
+    backend(ref->backend).write_host(*ref, data.data(), nbytes);
+}
+
+BufRef GraphAllocator::cross_staging(NodeId id, BackendId dst) {
+    Plan& p = plan();
+    if (auto it = p.cross.find({id, dst}); it != p.cross.end()) return it->second;
+    MINFER_ASSERT(id >= 0 && static_cast<size_t>(id) < p.n_nodes);
+    const auto& src = p.node_to_buf[static_cast<size_t>(id)];
+    MINFER_ASSERT_MSG(src.has_value(), "cross_staging of a bufferless node");
+    MINFER_ASSERT_MSG(src->backend != dst, "cross_staging onto the node's own backend");
+    const BufRef ref{dst, backend(dst).allocate_fresh(class_size(src->len)), 0, src->len};
+    p.cross.emplace(std::make_pair(id, dst), ref);
+    ++p.stats.staging_buffers;
+    ++counters_.staging_created;
+    return ref;
+}
+
+std::optional<KvPair> GraphAllocator::kv_pair(int32_t layer) const {
+    auto it = kv_.find(layer);
+    if (it == kv_.end()) return std::nullopt;
+    return it->second;
+}
+
+}  // namespace minfer::graph

@@ -1,0 +1,138 @@
+// The allocator stage: decides where every node's output lives (liveness over
+// BUILD order, buffer reuse by size class, in-place aliasing), owns the
+// persistent KV regions, fills the host inputs, and mints split-boundary
+// staging buffers. Mirrors llama.cpp's ggml_gallocr: buffers are shared
+// between nodes whose live ranges do not overlap. Sizes are in BYTES.
+//
+// The allocator owns no memory: the pools belong to the backends, and the
+// allocator holds references to them (index = BackendId). What it owns is
+// the bookkeeping — one allocation plan per "slot" (the graph cache keeps
+// a prefill and a decode graph alive at once, slot = kind) plus the KV
+// regions shared by every plan.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "graph/ir.h"
+
+namespace minfer::graph {
+
+using backend::BufferId;
+using backend::BufRef;
+using backend::KvPair;
+
+// Size class of a request: powers of two up to 16 KiB, then multiples of
+// 16 KiB. Every buffer of a class has the same length, so a rebuild with a
+// slightly different n_tokens finds the previous graph's buffers (the pool
+// recycles by exact length only).
+constexpr size_t kSizeClassStep = 16 * 1024;
+size_t class_size(size_t bytes);
+
+// A region that is never freed and never recycled ("kv.<layer>.k" / ".v").
+struct PersistentBuf {
+    std::string name;
+    BufRef ref;  // the whole region: offset 0, len = its bytes
+};
+
+// Figures of one allocated graph.
+struct PlanStats {
+    size_t n_nodes = 0;
+    size_t n_live = 0;           // nodes with an output buffer
+    size_t n_buffers = 0;        // distinct pool buffers this plan holds (KV regions excluded)
+    size_t naive_bytes = 0;      // every live node its own exact-size buffer (KV nodes excluded)
+    size_t pool_bytes = 0;       // bytes of the buffers this plan holds (its high-water mark)
+    size_t dead_nodes = 0;       // no consumers, not an output: no buffer
+    size_t aliased_nodes = 0;    // in place on their src[0]'s buffer
+    size_t staging_buffers = 0;  // split-boundary staging minted so far for this graph
+};
+
+// Process-lifetime counters.
+struct AllocCounters {
+    size_t graphs_allocated = 0;
+    size_t staging_created = 0;  // allocate_fresh calls for staging
+    size_t kv_regions = 0;
+    size_t kv_bytes = 0;
+    size_t dead_nodes = 0;     // summed over all allocated graphs
+    size_t aliased_nodes = 0;  // summed over all allocated graphs
+};
+
+class GraphAllocator {
+  public:
+    explicit GraphAllocator(std::vector<backend::Backend*> backends);
+    ~GraphAllocator();  // returns every buffer it holds (plans, staging, KV) to the pools
+    GraphAllocator(const GraphAllocator&) = delete;
+    GraphAllocator& operator=(const GraphAllocator&) = delete;
+
+    // Plan `graph` into `slot` and make that slot current: tears down the
+    // slot's previous plan first (its buffers and staging back to the free
+    // lists; KV regions and other slots untouched), then the §2.3 walk.
+    // Throws minfer::Error when the graph has a cycle (from topo_order) or a
+    // node's layer/size is unusable. Returns the new plan's figures.
+    const PlanStats& alloc_graph(const Graph& graph, int slot = 0);
+    // Make an existing plan current again (no allocation).
+    void use_plan(int slot);
+    bool has_plan(int slot) const;
+    // Give a slot's buffers back to the pools (the graph is gone).
+    void release_plan(int slot);
+    int current_slot() const { return current_; }
+
+    // --- the current plan --------------------------------------------------
+    // Where node id's output lives; nullopt for dead nodes.
+    std::optional<BufRef> node_buffer(NodeId id) const;
+    // True when id writes in place into its src[0]'s buffer.
+    bool is_aliased(NodeId id) const;
+    const PlanStats& plan_stats() const;
+    // Copy host data into the input named `name`; throws minfer::Error naming
+    // the input when there is none or the data does not fill its window.
+    void fill_input(const Graph& graph, std::string_view name, std::span<const int32_t> data);
+    // Staging buffer on backend dst for node id's output (a copy across a
+    // split boundary). Minted with allocate_fresh on first request — never
+    // from the free list, where buffers still referenced by this graph's
+    // node_to_buf may sit — and reused by every later execute of the graph.
+    BufRef cross_staging(NodeId id, BackendId dst);
+
+    // --- shared by every plan ----------------------------------------------
+    std::optional<KvPair> kv_pair(int32_t layer) const;
+    const std::vector<PersistentBuf>& persistent() const { return persistent_; }
+    const AllocCounters& counters() const { return counters_; }
+    size_t n_backends() const { return backends_.size(); }
+    backend::Backend& backend(BackendId id) const;
+
+  private:
+    struct Plan {
+        size_t n_nodes = 0;
+        std::vector<std::optional<BufRef>> node_to_buf;        // [n_nodes]
+        std::vector<bool> aliased;                             // [n_nodes]
+        std::vector<std::pair<BackendId, BufferId>> owned;     // every buffer of the plan
+        std::map<std::pair<NodeId, BackendId>, BufRef> cross;  // staging
+        PlanStats stats;
+    };
+
+    Plan& plan();
+    const Plan& plan() const;
+    void free_plan(Plan& p);
+    KvPair ensure_kv(int32_t layer, BackendId b, size_t bytes, const Node& node);
+
+    std::vector<backend::Backend*> backends_;
+    std::map<int, Plan> plans_;
+    int current_ = -1;
+    std::map<int32_t, KvPair> kv_;
+    std::vector<PersistentBuf> persistent_;
+    AllocCounters counters_;
+};
+
+// Backend a node runs on (kNoBackend is treated as backend 0).
+inline BackendId node_backend(const Node& n) {
+    return n.backend == kNoBackend ? 0 : n.backend;
+}
+
+}  // namespace minfer::graph
