@@ -1,7 +1,246 @@
-// Placeholder until this subcommand is built (see the open issues).
+// minfer [-m MODEL] -p PROMPT ...: text generation with llama.cpp's flags.
+// stdout holds only text (the prompt unless --no-display-prompt, then the
+// generation); every report goes to stderr.
+#include <csignal>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+
 #include "commands.h"
+#include "common.h"
+#include "model/model.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace minfer::cli {
-int cmd_generate(int, char**, int) { throw Error("'generate' is not implemented yet"); }
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_sigint(int) { g_interrupted = 1; }
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error("cannot read prompt file '" + path + "'");
+    std::ostringstream os;
+    os << in.rdbuf();
+    return os.str();
+}
+
+struct GenFlags {
+    std::string model_path = default_model_path();
+    std::string prompt;
+    std::string prompt_file;
+    int64_t n_predict = -1;
+    runtime::SamplerParams sp;
+    int64_t seed = -1;
+    bool ignore_eos = false;
+    std::vector<std::string> stops;
+    bool no_display_prompt = false;
+    bool chat = false;
+    std::string system_prompt;
+    std::string chat_template;
+    bool no_think = false;
+    bool no_special_parse = false;
+    EngineFlags eng;
+};
+
+struct Timing {
+    double load_s = 0;
+    int64_t prompt_tokens = 0;
+    double prompt_s = 0;
+    int64_t gen_tokens = 0;
+    double gen_s = 0;
+};
+
+void print_timing(const Timing& t) {
+    auto rate = [](int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; };
+    std::fprintf(stderr,
+                 "\nminfer: load time %.2f ms\n"
+                 "minfer: prompt eval %lld tokens in %.2f ms (%.2f t/s)\n"
+                 "minfer: generation %lld tokens in %.2f ms (%.2f t/s)\n",
+                 t.load_s * 1e3, static_cast<long long>(t.prompt_tokens), t.prompt_s * 1e3,
+                 rate(t.prompt_tokens, t.prompt_s), static_cast<long long>(t.gen_tokens),
+                 t.gen_s * 1e3, rate(t.gen_tokens, t.gen_s));
+}
+
+// Generates after the session has consumed its input; streams the text to
+// stdout. Returns the generated text. Stops at an end-of-generation token
+// (unless ignore_eos), a stop string, n_predict tokens, the context end or
+// Ctrl-C.
+std::string generate(runtime::Session& session, const tokenizer::Tokenizer& tok,
+                     runtime::Sampler& sampler, std::vector<float> logits, int64_t n_predict,
+                     const GenFlags& f, Timing& timing) {
+    tokenizer::StreamDecoder stream(tok);
+    std::string text;
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; n_predict < 0 || i < n_predict; ++i) {
+        if (g_interrupted) break;
+        int32_t id = sampler.sample(logits);
+        if (!f.ignore_eos && tok.is_eog(id)) break;
+        sampler.accept(id);
+        std::string piece = stream.push(id);
+        text += piece;
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+        ++timing.gen_tokens;
+        bool stop = false;
+        for (const auto& s : f.stops)
+            if (!s.empty() && text.size() >= s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0)
+                stop = true;
+        if (stop || (n_predict >= 0 && i + 1 >= n_predict)) {
+            // In a chat the cache must hold every token of the reply, so the
+            // next turn continues from it.
+            if (f.chat && session.n_past() < session.n_ctx()) session.eval(std::span<const int32_t>(&id, 1));
+            break;
+        }
+        if (session.n_past() >= session.n_ctx()) {
+            std::fprintf(stderr, "\nminfer: the context is full (%lld tokens); stopping\n",
+                         static_cast<long long>(session.n_ctx()));
+            break;
+        }
+        logits = session.eval(std::span<const int32_t>(&id, 1));
+    }
+    std::string rest = stream.flush();
+    text += rest;
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fflush(stdout);
+    timing.gen_s += seconds_since(t0);
+    return text;
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv, int first) {
+    GenFlags f;
+    ArgParser p("minfer",
+                "Generates text from a prompt with a Qwen-family GGUF model (llama.cpp's flags).\n"
+                "With no -m it uses the built-in model, a tiny model trained on the King James Bible.");
+    p.option({"-m", "--model"}, &f.model_path, "FILE", "GGUF model");
+    p.option({"-p", "--prompt"}, &f.prompt, "TEXT", "prompt");
+    p.option({"-f", "--file"}, &f.prompt_file, "FILE", "read the prompt from a file");
+    p.option({"-n", "--n-predict"}, &f.n_predict, "N", "tokens to generate (-1 = until end of text or context)");
+    f.eng.add_to(p);
+    p.option({"--temp"}, &f.sp.temp, "T", "temperature (0 = greedy)");
+    p.option({"--top-k"}, &f.sp.top_k, "N", "top-k sampling (0 = off)");
+    p.option({"--top-p"}, &f.sp.top_p, "P", "top-p sampling (1.0 = off)");
+    p.option({"--min-p"}, &f.sp.min_p, "P", "min-p sampling (0.0 = off)");
+    p.option({"--repeat-penalty"}, &f.sp.repeat_penalty, "X", "penalty for repeated tokens (1.0 = off)");
+    p.option({"--repeat-last-n"}, &f.sp.repeat_last_n, "N", "window of the repeat penalty (0 = off, -1 = context)");
+    p.option({"-s", "--seed"}, &f.seed, "N", "random seed (-1 = random, printed)");
+    p.flag({"--ignore-eos"}, &f.ignore_eos, "do not stop at end-of-generation tokens");
+    p.multi({"--stop"}, &f.stops, "TEXT", "stop when the output ends with TEXT (repeatable)");
+    p.flag({"--no-display-prompt"}, &f.no_display_prompt, "do not print the prompt");
+    p.flag({"-cnv", "--chat", "--conversation"}, &f.chat, "chat: read user turns from the terminal");
+    p.option({"-sys", "--system-prompt"}, &f.system_prompt, "TEXT", "system prompt for --chat");
+    p.option({"--chat-template"}, &f.chat_template, "NAME", "chat template: chatml (default: from the model)");
+    p.flag({"--no-think"}, &f.no_think, "Qwen3: write the empty <think></think> block (thinking off)");
+    p.flag({"--no-parse-special"}, &f.no_special_parse, "treat special-token text in the prompt as plain text");
+    p.epilog("Examples:\n"
+             "  minfer -p \"And God said\" -n 64\n"
+             "  minfer -m qwen2.5-0.5b-instruct-q4_k_m.gguf -cnv -sys \"You are helpful.\"");
+    if (!p.parse(argc, argv, first)) return 0;
+    if (!f.prompt_file.empty()) f.prompt = read_file(f.prompt_file);
+    if (f.sp.temp < 0) f.sp.temp = 0;
+    if (f.sp.top_p <= 0 || f.sp.top_p > 1) throw UsageError("--top-p must be in (0, 1]");
+    if (f.sp.min_p < 0 || f.sp.min_p > 1) throw UsageError("--min-p must be in [0, 1]");
+    if (f.sp.repeat_penalty <= 0) throw UsageError("--repeat-penalty must be > 0");
+    if (f.n_predict < -1) throw UsageError("-n must be -1 or >= 0");
+    if (!f.chat_template.empty() && f.chat_template != "chatml")
+        throw UsageError("unknown chat template '" + f.chat_template + "' (supported: chatml)");
+    if (!f.chat && f.prompt.empty()) throw UsageError("give a prompt with -p or -f (or chat with -cnv)");
+    if (f.seed < 0) f.seed = static_cast<int64_t>(std::random_device{}() & 0x7fffffff);
+    f.sp.seed = static_cast<uint64_t>(f.seed);
+
+    const auto t_load = Clock::now();
+    model::Model model = model::Model::load(f.model_path);
+    tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(model.file);
+    Timing timing;
+
+    std::vector<int32_t> prompt_ids;
+    if (!f.chat) prompt_ids = tok.encode(f.prompt, !f.no_special_parse);
+    auto ctx = runtime::plan_context(f.eng.ctx_size, p.was_set("-c"), model.hp.n_ctx_train,
+                                     static_cast<int64_t>(prompt_ids.size()), f.n_predict);
+    if (!ctx.warning.empty()) warn(ctx.warning);
+    runtime::SessionOptions so = f.eng.session_options();
+    so.n_ctx = ctx.n_ctx;
+    runtime::Session session(model, so);
+    runtime::Sampler sampler(f.sp);
+    timing.load_s = seconds_since(t_load);
+    std::fprintf(stderr, "minfer: model %s (%s, %lld layers), n_ctx %lld, seed %lld, threads %d\n",
+                 f.model_path.c_str(), model.hp.arch_name.c_str(),
+                 static_cast<long long>(model.hp.n_layer), static_cast<long long>(so.n_ctx),
+                 static_cast<long long>(f.seed), session.options().n_threads);
+
+    std::signal(SIGINT, on_sigint);
+    if (!f.chat) {
+        if (prompt_ids.empty()) throw Error("the prompt tokenizes to no tokens");
+        if (!f.no_display_prompt) {
+            std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
+            std::fflush(stdout);
+        }
+        const auto t0 = Clock::now();
+        std::vector<float> logits = session.eval(prompt_ids);
+        timing.prompt_s = seconds_since(t0);
+        timing.prompt_tokens = static_cast<int64_t>(prompt_ids.size());
+        for (int32_t id : prompt_ids) sampler.accept(id);
+        generate(session, tok, sampler, std::move(logits), f.n_predict, f, timing);
+        std::fputc('\n', stdout);
+        if (g_interrupted) std::fprintf(stderr, "\nminfer: interrupted\n");
+        print_timing(timing);
+        return g_interrupted ? 130 : 0;
+    }
+
+    // Chat: ChatML rendered natively; the KV cache is kept between turns and
+    // only the new part of the conversation is run each turn.
+    const auto jinja = model.file.get_string("tokenizer.chat_template");
+    if (f.chat_template.empty() && (!jinja || tokenizer::detect_chat_template(*jinja) !=
+                                                   tokenizer::ChatTemplateKind::ChatML))
+        warn("the model's chat template is not ChatML; using ChatML anyway (--chat-template chatml)");
+    std::vector<tokenizer::ChatMessage> messages;
+    if (!f.system_prompt.empty()) messages.push_back({"system", f.system_prompt});
+    std::string rendered;  // what the KV cache holds, as text
+    std::string line;
+    while (!g_interrupted) {
+        std::fputs("\n> ", stderr);
+        std::fflush(stderr);
+        if (!std::getline(std::cin, line)) break;
+        if (line.empty()) continue;
+        messages.push_back({"user", line});
+        std::string full = tokenizer::render_chatml(messages, true, f.no_think);
+        std::string delta = full.substr(rendered.size());
+        std::vector<int32_t> ids = tok.encode(delta, true);
+        if (session.n_past() + static_cast<int64_t>(ids.size()) >= session.n_ctx()) {
+            std::fprintf(stderr, "minfer: the conversation no longer fits in the context (%lld tokens)\n",
+                         static_cast<long long>(session.n_ctx()));
+            break;
+        }
+        const auto t0 = Clock::now();
+        std::vector<float> logits = session.eval(ids);
+        timing.prompt_s += seconds_since(t0);
+        timing.prompt_tokens += static_cast<int64_t>(ids.size());
+        for (int32_t id : ids) sampler.accept(id);
+        std::string reply = generate(session, tok, sampler, std::move(logits), f.n_predict, f, timing);
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+        messages.push_back({"assistant", reply});
+        // The cache holds the reply's tokens but not its closing <|im_end|>\n:
+        // the next turn's delta starts with them.
+        rendered = full + reply;
+    }
+    print_timing(timing);
+    return 0;
+}
+
 }  // namespace minfer::cli
