@@ -3,25 +3,37 @@
 // 0 — and returns when all have finished. Kernels split their rows by ith.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 
 namespace minfer {
 
 class ThreadPool {
-public:
+  public:
     explicit ThreadPool(int n_threads);  // n_threads >= 1; 1 means no extra threads
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;
     ThreadPool& operator=(const ThreadPool&) = delete;
 
     int size() const;
+    // Calls fn(ith, nth) for ith in [0, size()) and waits for all. An
+    // exception thrown by fn is rethrown here (the first one) after every
+    // thread has finished. Not reentrant: fn must not call run().
     void run(const std::function<void(int ith, int nth)>& fn);
+
+    // Scratch memory owned by the pool, 64-byte aligned, grown on demand and
+    // kept between runs (so steady-state decode allocates nothing). Slot ith
+    // in [0, size()) belongs to thread ith (call it from that thread inside
+    // run); slot size() is shared and may be taken only by the caller outside
+    // run (e.g. quantized activations every thread reads). A call may
+    // invalidate earlier pointers of the same slot.
+    void* scratch(int slot, size_t bytes);
 
     // Number of physical cores (the -t default), at least 1.
     static int physical_cores();
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

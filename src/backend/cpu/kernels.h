@@ -3,6 +3,8 @@
 // reference in tests/). Knows ops and dtypes, never model architectures.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <vector>
 
 #include "graph/ir.h"
@@ -14,8 +16,13 @@ namespace minfer::cpu {
 struct NodeData {
     std::vector<const void*> src;  // one per node.src, at the start of the window
     void* out = nullptr;
-    void* k = nullptr;             // the layer's K region [n_kv_embd, n_ctx] (KV ops only)
-    void* v = nullptr;             // the layer's V region
+    void* k = nullptr;  // the layer's K region [n_kv_embd, n_ctx] (KV ops only)
+    void* v = nullptr;  // the layer's V region
+    // ne of each node.src[i] (ggml order). Needed by Attn (the row stride of
+    // q: the fused path passes whole q|k|v rows), KvStore (the number of
+    // tokens: the node's own shape mirrors the KV region) and SelectRows
+    // (bounds of the row ids); the other ops only use node.ne.
+    std::vector<std::array<int64_t, 4>> src_ne;
 };
 
 // Runs node on the pool's threads. Throws minfer::Error for a data error a

@@ -1,0 +1,438 @@
+#include "backend/cpu/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quant_dot.h"
+#include "util/error.h"
+
+namespace minfer::cpu {
+
+using graph::Node;
+using graph::Op;
+using tensor::DType;
+using tensor::TensorView;
+
+namespace {
+
+// Element-wise work below this many elements runs on the caller alone:
+// waking the pool costs about a microsecond, a decode row of 896 floats less.
+constexpr int64_t kParallelMinElements = 1 << 14;
+
+// Calls fn(i0, i1) on contiguous ranges of [0, n_items), one per thread,
+// or once on the caller when the whole job is small.
+template <typename Fn>
+void parallel_ranges(ThreadPool& pool, int64_t n_items, int64_t elems_per_item, Fn&& fn) {
+    if (n_items <= 0) return;
+    if (pool.size() == 1 || n_items == 1 || n_items * elems_per_item < kParallelMinElements) {
+        fn(int64_t{0}, n_items);
+        return;
+    }
+    pool.run([&](int ith, int nth) {
+        const int64_t per = (n_items + nth - 1) / nth;
+        const int64_t i0 = std::min(n_items, per * ith);
+        const int64_t i1 = std::min(n_items, i0 + per);
+        if (i0 < i1) fn(i0, i1);
+    });
+}
+
+const float* f32_weight(const Node& node, size_t i, int64_t want_ne0) {
+    MINFER_ASSERT(i < node.weights.size());
+    const TensorView* w = node.weights[i];
+    if (w == nullptr) return nullptr;
+    if (w->type != DType::F32)
+        throw Error("node '" + node.name + "': weight '" + w->name + "' has type " +
+                    std::string(tensor::dtype_name(w->type)) + ", expected f32");
+    if (want_ne0 > 0 && w->ne[0] != want_ne0)
+        throw Error("node '" + node.name + "': weight '" + w->name + "' has " +
+                    std::to_string(w->ne[0]) + " elements, expected " + std::to_string(want_ne0));
+    return static_cast<const float*>(w->data);
+}
+
+const std::array<int64_t, 4>& src_ne(const Node& node, const NodeData& data, size_t i) {
+    MINFER_ASSERT_MSG(data.src_ne.size() > i, "NodeData.src_ne must give the source shapes");
+    (void)node;
+    return data.src_ne[i];
+}
+
+void check_positions(const Node& node, const int32_t* pos, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        if (pos[i] < 0 || pos[i] >= node.meta.n_ctx)
+            throw Error("node '" + node.name + "': position " + std::to_string(pos[i]) +
+                        " is past the context size " + std::to_string(node.meta.n_ctx));
+    }
+}
+
+void add_row(const float* a, const float* b, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+float silu(float x) {
+    return x / (1.0f + std::exp(-x));
+}
+
+// ---- the KV cache rows ---------------------------------------------------------
+// A region row is n_kv_embd elements of kv_type; F32 and F16 are supported.
+
+void store_kv_row(DType t, const float* src, void* region, int64_t row, int64_t n) {
+    if (t == DType::F32) {
+        std::memcpy(static_cast<float*>(region) + row * n, src, static_cast<size_t>(n) * 4);
+    } else {
+        uint16_t* dst = static_cast<uint16_t*>(region) + row * n;
+        for (int64_t i = 0; i < n; ++i) dst[i] = tensor::fp32_to_fp16(src[i]);
+    }
+}
+
+void head_norm_row(const float* x, const float* w, float* y, int64_t n_heads, int64_t head_dim,
+                   float eps) {
+    for (int64_t h = 0; h < n_heads; ++h)
+        rms_norm_row(x + h * head_dim, w, y + h * head_dim, head_dim, eps);
+}
+
+// ---- ops ------------------------------------------------------------------------------
+
+void op_get_rows(const Node& node, const NodeData& data, ThreadPool& pool) {
+    const TensorView* table = node.weights.at(0);
+    MINFER_ASSERT(table != nullptr);
+    const auto* ids = static_cast<const int32_t*>(data.src[0]);
+    const int64_t n = node.ne[1], ne0 = node.ne[0];
+    MINFER_ASSERT(table->ne[0] == ne0);
+    for (int64_t i = 0; i < n; ++i) {
+        if (ids[i] < 0 || ids[i] >= table->ne[1])
+            throw Error("node '" + node.name + "': token id " + std::to_string(ids[i]) +
+                        " is outside the vocabulary [0, " + std::to_string(table->ne[1]) +
+                        ") of '" + table->name + "'");
+    }
+    auto* out = static_cast<float*>(data.out);
+    parallel_ranges(pool, n, ne0, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+            dequant_row(table->type, table->row(ids[i]), out + i * ne0, ne0);
+    });
+}
+
+void op_select_rows(const Node& node, const NodeData& data, ThreadPool&) {
+    const auto* src = static_cast<const float*>(data.src[0]);
+    const auto* ids = static_cast<const int32_t*>(data.src[1]);
+    const int64_t n = node.ne[1], ne0 = node.ne[0];
+    const int64_t n_src_rows = data.src_ne.size() > 0 ? data.src_ne[0][1] : -1;
+    auto* out = static_cast<float*>(data.out);
+    for (int64_t i = 0; i < n; ++i) {
+        if (ids[i] < 0 || (n_src_rows >= 0 && ids[i] >= n_src_rows))
+            throw Error("node '" + node.name + "': row id " + std::to_string(ids[i]) +
+                        " is out of range");
+        std::memmove(out + i * ne0, src + static_cast<int64_t>(ids[i]) * ne0,
+                     static_cast<size_t>(ne0) * 4);
+    }
+}
+
+void op_rms_norm(const Node& node, const NodeData& data, ThreadPool& pool) {
+    const int64_t n = node.ne[1], ne0 = node.ne[0];
+    const float* w = f32_weight(node, 0, ne0);
+    const auto* x = static_cast<const float*>(data.src[0]);
+    auto* y = static_cast<float*>(data.out);
+    parallel_ranges(pool, n, ne0, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+            rms_norm_row(x + i * ne0, w, y + i * ne0, ne0, node.meta.eps);
+    });
+}
+
+void op_head_norm(const Node& node, const NodeData& data, ThreadPool& pool) {
+    const int64_t n = node.ne[1], ne0 = node.ne[0], hd = node.meta.head_dim;
+    MINFER_ASSERT(hd > 0 && ne0 % hd == 0);
+    const float* w = f32_weight(node, 0, hd);
+    const auto* x = static_cast<const float*>(data.src[0]);
+    auto* y = static_cast<float*>(data.out);
+    parallel_ranges(pool, n, ne0, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+            head_norm_row(x + i * ne0, w, y + i * ne0, ne0 / hd, hd, node.meta.eps);
+    });
+}
+
+void op_rope(const Node& node, const NodeData& data, ThreadPool& pool) {
+    const int64_t n = node.ne[1], ne0 = node.ne[0], hd = node.meta.head_dim;
+    MINFER_ASSERT(hd > 0 && hd % 2 == 0 && ne0 % hd == 0);
+    const auto* x = static_cast<const float*>(data.src[0]);
+    const auto* pos = static_cast<const int32_t*>(data.src[1]);
+    auto* y = static_cast<float*>(data.out);
+    parallel_ranges(pool, n, ne0, [&](int64_t i0, int64_t i1) {
+        std::vector<float> cs(static_cast<size_t>(hd));
+        for (int64_t i = i0; i < i1; ++i) {
+            if (y != x) std::memcpy(y + i * ne0, x + i * ne0, static_cast<size_t>(ne0) * 4);
+            rope_table(pos[i], hd, node.meta.rope_freq_base, cs.data());
+            rope_row(y + i * ne0, ne0 / hd, hd, cs.data());
+        }
+    });
+}
+
+template <typename Fn>
+void elementwise(const Node& node, const NodeData& data, ThreadPool& pool, Fn fn) {
+    const int64_t n = node.n_elements();
+    auto* y = static_cast<float*>(data.out);
+    parallel_ranges(pool, n, 1, [&](int64_t i0, int64_t i1) { fn(y, i0, i1); });
+}
+
+void op_kv_store(const Node& node, const NodeData& data, ThreadPool&) {
+    const int64_t n = src_ne(node, data, 0)[1];
+    const int64_t n_kv_embd = int64_t{node.meta.n_head_kv} * node.meta.head_dim;
+    MINFER_ASSERT(src_ne(node, data, 0)[0] == n_kv_embd && data.k && data.v);
+    const auto* pos = static_cast<const int32_t*>(data.src[2]);
+    check_positions(node, pos, n);
+    const auto* k = static_cast<const float*>(data.src[0]);
+    const auto* v = static_cast<const float*>(data.src[1]);
+    for (int64_t i = 0; i < n; ++i) {
+        store_kv_row(node.meta.kv_type, k + i * n_kv_embd, data.k, pos[i], n_kv_embd);
+        store_kv_row(node.meta.kv_type, v + i * n_kv_embd, data.v, pos[i], n_kv_embd);
+    }
+}
+
+void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
+    const auto& m = node.meta;
+    const int64_t n = node.ne[1], hd = m.head_dim, n_head = m.n_head, n_head_kv = m.n_head_kv;
+    MINFER_ASSERT(hd > 0 && n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0);
+    MINFER_ASSERT(node.ne[0] == n_head * hd && data.k && data.v);
+    const int64_t group = n_head / n_head_kv;
+    const int64_t kv_row = n_head_kv * hd;
+    const int64_t q_stride = src_ne(node, data, 0)[0];
+    MINFER_ASSERT(q_stride >= n_head * hd);
+    const auto* q = static_cast<const float*>(data.src[0]);
+    const auto* pos = static_cast<const int32_t*>(data.src[2]);
+    check_positions(node, pos, n);
+    int32_t max_pos = 0;
+    for (int64_t i = 0; i < n; ++i) max_pos = std::max(max_pos, pos[i]);
+    auto* out = static_cast<float*>(data.out);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const bool f16 = m.kv_type == DType::F16;
+    MINFER_ASSERT(f16 || m.kv_type == DType::F32);
+    const int64_t n_items = n * n_head;
+
+    pool.run([&](int ith, int nth) {
+        const int64_t per = (n_items + nth - 1) / nth;
+        const int64_t it0 = std::min(n_items, per * ith), it1 = std::min(n_items, it0 + per);
+        if (it0 >= it1) return;
+        // scores [max_pos + 1], and for f16 caches a q and a k/v row as floats
+        auto* s = static_cast<float*>(pool.scratch(
+            ith, (static_cast<size_t>(max_pos) + 1 + 2 * static_cast<size_t>(hd)) * 4));
+        float* qf = s + max_pos + 1;
+        float* rowf = qf + hd;
+        for (int64_t it = it0; it < it1; ++it) {
+            const int64_t t = it / n_head, h = it % n_head, kvh = h / group;
+            const int64_t n_kv = int64_t{pos[t]} + 1;  // causal: positions 0..pos
+            const float* qh = q + t * q_stride + h * hd;
+            float* o = out + t * node.ne[0] + h * hd;
+            // Scores: ggml's mul_mat(k, q) then soft_max_ext(scale). An f16
+            // cache makes ggml convert q to f16 first (vec_dot_type of f16).
+            if (f16) {
+                for (int64_t d = 0; d < hd; ++d)
+                    qf[d] = tensor::fp16_to_fp32(tensor::fp32_to_fp16(qh[d]));
+                const auto* kr = static_cast<const uint16_t*>(data.k);
+                for (int64_t j = 0; j < n_kv; ++j) {
+                    const uint16_t* kj = kr + j * kv_row + kvh * hd;
+                    for (int64_t d = 0; d < hd; ++d) rowf[d] = tensor::fp16_to_fp32(kj[d]);
+                    s[j] = dot_f32(qf, rowf, hd) * scale;
+                }
+            } else {
+                const auto* kr = static_cast<const float*>(data.k);
+                for (int64_t j = 0; j < n_kv; ++j)
+                    s[j] = dot_f32(qh, kr + j * kv_row + kvh * hd, hd) * scale;
+            }
+            // ggml_vec_soft_max_f32: exp in float, the sum in double.
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < n_kv; ++j) mx = std::max(mx, s[j]);
+            double sum = 0.0;
+            for (int64_t j = 0; j < n_kv; ++j) {
+                s[j] = std::exp(s[j] - mx);
+                sum += static_cast<double>(s[j]);
+            }
+            const float inv = static_cast<float>(1.0 / sum);
+            for (int64_t j = 0; j < n_kv; ++j) s[j] *= inv;
+            // out = sum_j p_j v_j (ggml: mul_mat(v, kq); an f16 V makes it
+            // round kq to f16).
+            std::fill(o, o + hd, 0.0f);
+            if (f16) {
+                const auto* vr = static_cast<const uint16_t*>(data.v);
+                for (int64_t j = 0; j < n_kv; ++j) {
+                    const float p = tensor::fp16_to_fp32(tensor::fp32_to_fp16(s[j]));
+                    const uint16_t* vj = vr + j * kv_row + kvh * hd;
+                    for (int64_t d = 0; d < hd; ++d) o[d] += p * tensor::fp16_to_fp32(vj[d]);
+                }
+            } else {
+                const auto* vr = static_cast<const float*>(data.v);
+                for (int64_t j = 0; j < n_kv; ++j) {
+                    const float p = s[j];
+                    const float* vj = vr + j * kv_row + kvh * hd;
+                    for (int64_t d = 0; d < hd; ++d) o[d] += p * vj[d];
+                }
+            }
+        }
+    });
+}
+
+void op_matmul(const Node& node, const NodeData& data, ThreadPool& pool) {
+    const TensorView* w = node.weights.at(0);
+    MINFER_ASSERT(w != nullptr && w->ne[1] == node.ne[0]);
+    MatMulPart part{w, 0};
+    matmul(&part, 1, static_cast<const float*>(data.src[0]), w->ne[0], node.ne[1],
+           static_cast<float*>(data.out), node.ne[0], pool);
+}
+
+void op_fused_qkv(const Node& node, const NodeData& data, ThreadPool& pool) {
+    MINFER_ASSERT(node.weights.size() == 3);
+    const TensorView* wq = node.weights[0];
+    const TensorView* wk = node.weights[1];
+    const TensorView* wv = node.weights[2];
+    MINFER_ASSERT(wq && wk && wv);
+    MINFER_ASSERT(node.ne[0] == wq->ne[1] + wk->ne[1] + wv->ne[1]);
+    const MatMulPart parts[3] = {{wq, 0}, {wk, wq->ne[1]}, {wv, wq->ne[1] + wk->ne[1]}};
+    matmul(parts, 3, static_cast<const float*>(data.src[0]), wq->ne[0], node.ne[1],
+           static_cast<float*>(data.out), node.ne[0], pool);
+}
+
+// In place on the q|k|v rows. weights: 3 = (bq, bk, bv) biases (qwen2),
+// 2 = (q_norm, k_norm) per-head norms (qwen3); a null entry is skipped.
+void op_qkv_epilogue(const Node& node, const NodeData& data, ThreadPool& pool) {
+    const auto& m = node.meta;
+    const int64_t n = node.ne[1], hd = m.head_dim;
+    const int64_t n_q = int64_t{m.n_head} * hd, n_kv = int64_t{m.n_head_kv} * hd;
+    const int64_t stride = node.ne[0];
+    MINFER_ASSERT(stride == n_q + 2 * n_kv && data.k && data.v);
+    const bool biases = node.weights.size() == 3;
+    MINFER_ASSERT(biases || node.weights.size() == 2);
+    const float* bq = biases ? f32_weight(node, 0, n_q) : nullptr;
+    const float* bk = biases ? f32_weight(node, 1, n_kv) : nullptr;
+    const float* bv = biases ? f32_weight(node, 2, n_kv) : nullptr;
+    const float* q_norm = biases ? nullptr : f32_weight(node, 0, hd);
+    const float* k_norm = biases ? nullptr : f32_weight(node, 1, hd);
+    const auto* pos = static_cast<const int32_t*>(data.src[1]);
+    check_positions(node, pos, n);
+    const auto* x = static_cast<const float*>(data.src[0]);
+    auto* y = static_cast<float*>(data.out);
+    parallel_ranges(pool, n, stride, [&](int64_t i0, int64_t i1) {
+        std::vector<float> cs(static_cast<size_t>(hd));
+        for (int64_t i = i0; i < i1; ++i) {
+            float* row = y + i * stride;
+            if (y != x) std::memcpy(row, x + i * stride, static_cast<size_t>(stride) * 4);
+            float* q = row;
+            float* k = row + n_q;
+            float* v = row + n_q + n_kv;
+            if (bq) add_row(q, bq, q, n_q);
+            if (bk) add_row(k, bk, k, n_kv);
+            if (bv) add_row(v, bv, v, n_kv);
+            if (q_norm) head_norm_row(q, q_norm, q, m.n_head, hd, m.eps);
+            if (k_norm) head_norm_row(k, k_norm, k, m.n_head_kv, hd, m.eps);
+            rope_table(pos[i], hd, m.rope_freq_base, cs.data());
+            rope_row(q, m.n_head, hd, cs.data());
+            rope_row(k, m.n_head_kv, hd, cs.data());
+            store_kv_row(m.kv_type, k, data.k, pos[i], n_kv);
+            store_kv_row(m.kv_type, v, data.v, pos[i], n_kv);
+        }
+    });
+}
+
+}  // namespace
+
+void rms_norm_row(const float* x, const float* w, float* y, int64_t n, float eps) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+    const float mean = static_cast<float>(sum / static_cast<double>(n));
+    const float scale = 1.0f / std::sqrt(mean + eps);
+    if (w) {
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+    } else {
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+    }
+}
+
+void rope_table(int32_t pos, int64_t head_dim, float freq_base, float* cs) {
+    // ggml_rope_cache_init: theta starts at p and is multiplied by
+    // theta_scale per pair, in float (not recomputed by pow per pair).
+    const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(head_dim));
+    float theta = static_cast<float>(pos);
+    for (int64_t i0 = 0; i0 < head_dim; i0 += 2) {
+        cs[i0] = std::cos(theta);
+        cs[i0 + 1] = std::sin(theta);
+        theta *= theta_scale;
+    }
+}
+
+void rope_row(float* x, int64_t n_heads, int64_t head_dim, const float* cs) {
+    const int64_t half = head_dim / 2;
+    for (int64_t h = 0; h < n_heads; ++h) {
+        float* xh = x + h * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+            const float c = cs[2 * i], s = cs[2 * i + 1];
+            const float x0 = xh[i], x1 = xh[i + half];
+            xh[i] = x0 * c - x1 * s;
+            xh[i + half] = x0 * s + x1 * c;
+        }
+    }
+}
+
+void run_node(const Node& node, const NodeData& data, ThreadPool& pool) {
+    MINFER_ASSERT(data.src.size() >= node.src.size());
+    switch (node.op) {
+        case Op::Input:
+            return;
+        case Op::GetRows:
+            return op_get_rows(node, data, pool);
+        case Op::SelectRows:
+            return op_select_rows(node, data, pool);
+        case Op::RmsNorm:
+            return op_rms_norm(node, data, pool);
+        case Op::MatMul:
+            return op_matmul(node, data, pool);
+        case Op::Add: {
+            const auto* a = static_cast<const float*>(data.src[0]);
+            const auto* b = static_cast<const float*>(data.src[1]);
+            return elementwise(node, data, pool, [&](float* y, int64_t i0, int64_t i1) {
+                add_row(a + i0, b + i0, y + i0, i1 - i0);
+            });
+        }
+        case Op::Mul: {
+            const auto* a = static_cast<const float*>(data.src[0]);
+            const auto* b = static_cast<const float*>(data.src[1]);
+            return elementwise(node, data, pool, [&](float* y, int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1; ++i) y[i] = a[i] * b[i];
+            });
+        }
+        case Op::AddBias: {
+            const int64_t ne0 = node.ne[0], n = node.ne[1];
+            const float* b = f32_weight(node, 0, ne0);
+            const auto* a = static_cast<const float*>(data.src[0]);
+            auto* y = static_cast<float*>(data.out);
+            return parallel_ranges(pool, n, ne0, [&](int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1; ++i) add_row(a + i * ne0, b, y + i * ne0, ne0);
+            });
+        }
+        case Op::Silu: {
+            const auto* a = static_cast<const float*>(data.src[0]);
+            return elementwise(node, data, pool, [&](float* y, int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1; ++i) y[i] = silu(a[i]);
+            });
+        }
+        case Op::SwiGLU: {
+            const auto* a = static_cast<const float*>(data.src[0]);
+            const auto* b = static_cast<const float*>(data.src[1]);
+            return elementwise(node, data, pool, [&](float* y, int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1; ++i) y[i] = silu(a[i]) * b[i];
+            });
+        }
+        case Op::HeadNorm:
+            return op_head_norm(node, data, pool);
+        case Op::Rope:
+            return op_rope(node, data, pool);
+        case Op::KvStore:
+            return op_kv_store(node, data, pool);
+        case Op::Attn:
+            return op_attn(node, data, pool);
+        case Op::FusedQKV:
+            return op_fused_qkv(node, data, pool);
+        case Op::QkvBiasRopeStore:
+            return op_qkv_epilogue(node, data, pool);
+    }
+    MINFER_ASSERT_MSG(false, "run_node: unknown op");
+}
+
+}  // namespace minfer::cpu

@@ -1,0 +1,113 @@
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quant_dot.h"
+#include "util/error.h"
+
+namespace minfer::cpu {
+
+using tensor::DType;
+
+namespace {
+constexpr int kMaxParts = 3;
+// A tile is kRowBlock weight rows x up to kTokenBlock tokens: the weight rows
+// stay in L1 while every token of the tile reads them, the tile's activation
+// rows (a few KB each) in L2. Tiles are handed out by an atomic counter so a
+// thread slowed by another process does not hold the others back.
+constexpr int64_t kRowBlock = 16;
+constexpr int64_t kTokenBlock = 32;
+// Below this many activation elements the caller quantizes alone (a decode
+// row of a few thousand floats takes well under a microsecond).
+constexpr int64_t kParallelQuantizeMin = 1 << 15;
+}  // namespace
+
+void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride,
+            int64_t n_tokens, float* out, int64_t out_stride, ThreadPool& pool) {
+    MINFER_ASSERT(n_parts >= 1 && n_parts <= kMaxParts);
+    const int64_t K = parts[0].w->ne[0];
+    struct PartInfo {
+        const tensor::TensorView* w;
+        int64_t row_begin;  // in the concatenated rows
+        int64_t out_col;
+        VecDotFn dot;
+        int act;  // index into act_types
+    };
+    PartInfo info[kMaxParts];
+    DType act_types[kMaxParts];
+    size_t act_row_bytes[kMaxParts];
+    size_t act_offset[kMaxParts];
+    int n_act = 0;
+    int64_t M = 0;
+    size_t act_bytes = 0;
+    for (int p = 0; p < n_parts; ++p) {
+        const tensor::TensorView* w = parts[p].w;
+        MINFER_ASSERT(w != nullptr && w->ne[0] == K);
+        const DType at = act_type(w->type);
+        int a = 0;
+        while (a < n_act && act_types[a] != at) ++a;
+        if (a == n_act) {
+            act_types[a] = at;
+            act_row_bytes[a] = tensor::row_size(at, K);
+            act_offset[a] = act_bytes;
+            act_bytes += (act_row_bytes[a] * static_cast<size_t>(n_tokens) + 63) / 64 * 64;
+            ++n_act;
+        }
+        info[p] = {w, M, parts[p].out_col, vec_dot_fn(w->type), a};
+        MINFER_ASSERT_MSG(info[p].dot != nullptr, "matmul: weight type has no dot product");
+        M += w->ne[1];
+    }
+
+    // 1. Activations, once, in every format the weights need.
+    auto* act = static_cast<uint8_t*>(pool.scratch(pool.size(), act_bytes));
+    auto quantize_tokens = [&](int64_t t0, int64_t t1) {
+        for (int a = 0; a < n_act; ++a)
+            for (int64_t t = t0; t < t1; ++t)
+                quantize_act_row(act_types[a], x + t * x_stride,
+                                 act + act_offset[a] + static_cast<size_t>(t) * act_row_bytes[a],
+                                 K);
+    };
+    if (pool.size() == 1 || n_tokens * K < kParallelQuantizeMin || n_tokens < 2) {
+        quantize_tokens(0, n_tokens);
+    } else {
+        pool.run([&](int ith, int nth) {
+            const int64_t per = (n_tokens + nth - 1) / nth;
+            const int64_t t0 = std::min(n_tokens, per * ith);
+            quantize_tokens(t0, std::min(n_tokens, t0 + per));
+        });
+    }
+
+    // 2. Dot products over tiles.
+    const int64_t tb = std::min<int64_t>(n_tokens, kTokenBlock);
+    const int64_t n_tb = (n_tokens + tb - 1) / tb;
+    const int64_t n_rb = (M + kRowBlock - 1) / kRowBlock;
+    const int64_t n_tiles = n_rb * n_tb;
+    std::atomic<int64_t> next{0};
+    auto work = [&](int, int) {
+        for (int64_t tile = next.fetch_add(1, std::memory_order_relaxed); tile < n_tiles;
+             tile = next.fetch_add(1, std::memory_order_relaxed)) {
+            const int64_t r0 = (tile / n_tb) * kRowBlock, r1 = std::min(M, r0 + kRowBlock);
+            const int64_t t0 = (tile % n_tb) * tb, t1 = std::min(n_tokens, t0 + tb);
+            int p = 0;
+            for (int64_t r = r0; r < r1; ++r) {
+                while (p + 1 < n_parts && r >= info[p + 1].row_begin) ++p;
+                const PartInfo& pi = info[p];
+                const int64_t m = r - pi.row_begin;
+                const uint8_t* wrow = pi.w->row(m);
+                const uint8_t* arow = act + act_offset[pi.act];
+                const size_t abytes = act_row_bytes[pi.act];
+                float* o = out + pi.out_col + m;
+                for (int64_t t = t0; t < t1; ++t)
+                    o[t * out_stride] = pi.dot(K, wrow, arow + static_cast<size_t>(t) * abytes);
+            }
+        }
+    };
+    if (pool.size() == 1 || n_tiles == 1) {
+        work(0, 1);
+    } else {
+        pool.run(work);
+    }
+}
+
+}  // namespace minfer::cpu

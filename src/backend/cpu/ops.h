@@ -1,0 +1,35 @@
+// The individual CPU kernels behind run_node, on plain pointers, exposed so
+// tests and benchmarks can call them directly. Rows are contiguous; strides
+// are in elements. Every function splits its work over the pool's threads
+// and gives the same bits for any thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/tensor_view.h"
+#include "util/thread_pool.h"
+
+namespace minfer::cpu {
+
+// One weight of a (possibly fused) matmul and where its outputs go: out row
+// t, columns [out_col, out_col + w->ne[1]).
+struct MatMulPart {
+    const tensor::TensorView* w = nullptr;  // [K, M]
+    int64_t out_col = 0;
+};
+
+// out[t][out_col + m] = dot(w row m, x row t) for every part, x rows
+// [K, n_tokens] with stride x_stride; out rows with stride out_stride.
+// Activations are converted once to each weight's vec_dot type.
+void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride,
+            int64_t n_tokens, float* out, int64_t out_stride, ThreadPool& pool);
+
+// ggml_rms_norm of one row (sum of squares in double), times w if non-null.
+void rms_norm_row(const float* x, const float* w, float* y, int64_t n, float eps);
+
+// The NEOX RoPE of one token's heads (n_heads heads of head_dim, contiguous)
+// with the cos/sin table of its position (see rope_table).
+void rope_table(int32_t pos, int64_t head_dim, float freq_base, float* cs /*[head_dim]*/);
+void rope_row(float* x, int64_t n_heads, int64_t head_dim, const float* cs);
+
+}  // namespace minfer::cpu

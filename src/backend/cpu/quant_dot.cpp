@@ -1,0 +1,731 @@
+#include "backend/cpu/quant_dot.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "tensor/blocks.h"
+#include "util/error.h"
+
+// The generic build has no -march flag; the hot loops below are written so
+// GCC vectorizes them, and cloned for x86-64-v3 (AVX2) / v4 (AVX-512) with
+// run-time dispatch (ifunc), so one binary runs everywhere and uses the
+// wide registers where they exist.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MINFER_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MINFER_CLONES
+#endif
+#define MINFER_INLINE inline __attribute__((always_inline))
+
+namespace minfer::cpu {
+
+using namespace tensor;
+
+namespace {
+
+// ---- helpers ---------------------------------------------------------------
+
+MINFER_INLINE float h2f(f16_t h) {
+    return fp16_to_fp32(h);
+}
+
+// Nearest integer, ties to even: ggml's nearest_int (the magic-number trick).
+MINFER_INLINE int nearest_int(float fval) {
+    float val = fval + 12582912.f;
+    int i;
+    std::memcpy(&i, &val, sizeof(int));
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+template <int N>
+MINFER_INLINE int32_t dot_i8(const int8_t* __restrict a, const int8_t* __restrict b) {
+    int32_t s = 0;
+    for (int i = 0; i < N; ++i) s += static_cast<int32_t>(a[i]) * static_cast<int32_t>(b[i]);
+    return s;
+}
+
+// The 6-bit scale and min j of a Q4_K / Q5_K block (ggml's get_scale_min_k4).
+MINFER_INLINE void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+// The 16 signed 6-bit scales of a Q3_K block, minus 32.
+MINFER_INLINE void q3k_scales(const uint8_t* packed, int8_t* out) {
+    uint32_t aux[4];
+    std::memcpy(aux, packed, 12);
+    const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+    const uint32_t tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+    aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+    std::memcpy(out, aux, 16);
+    for (int i = 0; i < 16; ++i) out[i] = static_cast<int8_t>(out[i] - 32);
+}
+
+// Unpacks a K-quant block to signed ints (the ggml generic code does the
+// same through aux8), so the dot is a plain int8 dot per sub-block.
+MINFER_INLINE void unpack_q3k(const block_q3_K& b, int8_t* a) {
+    const uint8_t* q = b.qs;
+    uint8_t m = 1;
+    for (int half = 0; half < 2; ++half) {
+        for (int shift = 0; shift < 8; shift += 2) {
+            for (int l = 0; l < 32; ++l)
+                a[l] = static_cast<int8_t>(((q[l] >> shift) & 3) - ((b.hmask[l] & m) ? 0 : 4));
+            a += 32;
+            m = static_cast<uint8_t>(m << 1);
+        }
+        q += 32;
+    }
+}
+MINFER_INLINE void unpack_q2k(const block_q2_K& b, int8_t* a) {
+    const uint8_t* q = b.qs;
+    for (int half = 0; half < 2; ++half) {
+        for (int shift = 0; shift < 8; shift += 2) {
+            for (int l = 0; l < 32; ++l) a[l] = static_cast<int8_t>((q[l] >> shift) & 3);
+            a += 32;
+        }
+        q += 32;
+    }
+}
+MINFER_INLINE void unpack_q4k(const block_q4_K& b, int8_t* a) {
+    for (int j = 0; j < 4; ++j) {
+        const uint8_t* q = b.qs + 32 * j;
+        for (int l = 0; l < 32; ++l) a[64 * j + l] = static_cast<int8_t>(q[l] & 0xF);
+        for (int l = 0; l < 32; ++l) a[64 * j + 32 + l] = static_cast<int8_t>(q[l] >> 4);
+    }
+}
+MINFER_INLINE void unpack_q5k(const block_q5_K& b, int8_t* a) {
+    for (int j = 0; j < 4; ++j) {
+        const uint8_t* q = b.qs + 32 * j;
+        const uint8_t m1 = static_cast<uint8_t>(1u << (2 * j)),
+                      m2 = static_cast<uint8_t>(2u << (2 * j));
+        for (int l = 0; l < 32; ++l)
+            a[64 * j + l] = static_cast<int8_t>((q[l] & 0xF) + ((b.qh[l] & m1) ? 16 : 0));
+        for (int l = 0; l < 32; ++l)
+            a[64 * j + 32 + l] = static_cast<int8_t>((q[l] >> 4) + ((b.qh[l] & m2) ? 16 : 0));
+    }
+}
+MINFER_INLINE void unpack_q6k(const block_q6_K& b, int8_t* a) {
+    const uint8_t* ql = b.ql;
+    const uint8_t* qh = b.qh;
+    for (int half = 0; half < 2; ++half) {
+        for (int l = 0; l < 32; ++l) {
+            a[l + 0] = static_cast<int8_t>(((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+            a[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            a[l + 64] = static_cast<int8_t>(((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            a[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+        a += 128;
+        ql += 64;
+        qh += 32;
+    }
+}
+
+// ---- dot products ------------------------------------------------------------
+
+MINFER_CLONES float dot_q4_0(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q4_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / QK4_0; ++ib) {
+        int8_t v[32];
+        for (int j = 0; j < 16; ++j) {
+            v[j] = static_cast<int8_t>((x[ib].qs[j] & 0x0F) - 8);
+            v[j + 16] = static_cast<int8_t>((x[ib].qs[j] >> 4) - 8);
+        }
+        const int sumi = dot_i8<32>(v, y[ib].qs);
+        sumf += static_cast<float>(sumi) * h2f(x[ib].d) * h2f(y[ib].d);
+    }
+    return sumf;
+}
+
+MINFER_CLONES float dot_q4_1(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q4_1*>(vw);
+    const auto* y = static_cast<const block_q8_1*>(va);
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / QK4_1; ++ib) {
+        int8_t v[32];
+        for (int j = 0; j < 16; ++j) {
+            v[j] = static_cast<int8_t>(x[ib].qs[j] & 0x0F);
+            v[j + 16] = static_cast<int8_t>(x[ib].qs[j] >> 4);
+        }
+        const int sumi = dot_i8<32>(v, y[ib].qs);
+        sumf +=
+            (h2f(x[ib].d) * h2f(y[ib].d)) * static_cast<float>(sumi) + h2f(x[ib].m) * h2f(y[ib].s);
+    }
+    return sumf;
+}
+
+MINFER_CLONES float dot_q5_0(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q5_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / QK5_0; ++ib) {
+        uint32_t qh;
+        std::memcpy(&qh, x[ib].qh, sizeof(qh));
+        int8_t v[32];
+        for (int j = 0; j < 16; ++j) {
+            const int xh0 = static_cast<int>(((qh >> j) << 4) & 0x10);
+            const int xh1 = static_cast<int>((qh >> (j + 12)) & 0x10);
+            v[j] = static_cast<int8_t>(((x[ib].qs[j] & 0x0F) | xh0) - 16);
+            v[j + 16] = static_cast<int8_t>(((x[ib].qs[j] >> 4) | xh1) - 16);
+        }
+        const int sumi = dot_i8<32>(v, y[ib].qs);
+        sumf += (h2f(x[ib].d) * h2f(y[ib].d)) * static_cast<float>(sumi);
+    }
+    return sumf;
+}
+
+MINFER_CLONES float dot_q5_1(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q5_1*>(vw);
+    const auto* y = static_cast<const block_q8_1*>(va);
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / QK5_1; ++ib) {
+        uint32_t qh;
+        std::memcpy(&qh, x[ib].qh, sizeof(qh));
+        int8_t v[32];
+        for (int j = 0; j < 16; ++j) {
+            const int xh0 = static_cast<int>(((qh >> j) << 4) & 0x10);
+            const int xh1 = static_cast<int>((qh >> (j + 12)) & 0x10);
+            v[j] = static_cast<int8_t>((x[ib].qs[j] & 0x0F) | xh0);
+            v[j + 16] = static_cast<int8_t>((x[ib].qs[j] >> 4) | xh1);
+        }
+        const int sumi = dot_i8<32>(v, y[ib].qs);
+        sumf +=
+            (h2f(x[ib].d) * h2f(y[ib].d)) * static_cast<float>(sumi) + h2f(x[ib].m) * h2f(y[ib].s);
+    }
+    return sumf;
+}
+
+MINFER_CLONES float dot_q8_0(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q8_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / QK8_0; ++ib) {
+        const int sumi = dot_i8<32>(x[ib].qs, y[ib].qs);
+        sumf += static_cast<float>(sumi) * (h2f(x[ib].d) * h2f(y[ib].d));
+    }
+    return sumf;
+}
+
+MINFER_CLONES float dot_iq4_nl(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_iq4_nl*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / QK4_NL; ++ib) {
+        int8_t v[32];
+        for (int j = 0; j < 16; ++j) {
+            v[j] = kvalues_iq4nl[x[ib].qs[j] & 0xF];
+            v[j + 16] = kvalues_iq4nl[x[ib].qs[j] >> 4];
+        }
+        const float d = h2f(y[ib].d) * h2f(x[ib].d);
+        sumf += d * static_cast<float>(dot_i8<32>(v, y[ib].qs));
+    }
+    return sumf;
+}
+
+MINFER_CLONES float dot_q2_K(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q2_K*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        int8_t a[QK_K];
+        unpack_q2k(x[i], a);
+        int summs = 0;
+        for (int j = 0; j < 16; ++j) summs += y[i].bsums[j] * (x[i].scales[j] >> 4);
+        int isum = 0;
+        for (int j = 0; j < 16; ++j)
+            isum += (x[i].scales[j] & 0xF) * dot_i8<16>(a + 16 * j, y[i].qs + 16 * j);
+        const float dall = y[i].d * h2f(x[i].d);
+        const float dmin = y[i].d * h2f(x[i].dmin);
+        sumf += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+    }
+    return sumf;
+}
+
+MINFER_CLONES float dot_q3_K(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q3_K*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        int8_t a[QK_K];
+        int8_t sc[16];
+        unpack_q3k(x[i], a);
+        q3k_scales(x[i].scales, sc);
+        int isum = 0;
+        for (int j = 0; j < 16; ++j) isum += sc[j] * dot_i8<16>(a + 16 * j, y[i].qs + 16 * j);
+        sumf += h2f(x[i].d) * y[i].d * static_cast<float>(isum);
+    }
+    return sumf;
+}
+
+MINFER_CLONES float dot_q4_K(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q4_K*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        int8_t a[QK_K];
+        unpack_q4k(x[i], a);
+        int isum = 0, summ = 0;
+        for (int j = 0; j < 8; ++j) {
+            uint8_t sc, m;
+            scale_min_k4(j, x[i].scales, &sc, &m);
+            isum += sc * dot_i8<32>(a + 32 * j, y[i].qs + 32 * j);
+            summ += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        const float d = h2f(x[i].d) * y[i].d;
+        const float dmin = h2f(x[i].dmin) * y[i].d;
+        sumf += d * static_cast<float>(isum) - dmin * static_cast<float>(summ);
+    }
+    return sumf;
+}
+
+MINFER_CLONES float dot_q5_K(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q5_K*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        int8_t a[QK_K];
+        unpack_q5k(x[i], a);
+        int isum = 0, summ = 0;
+        for (int j = 0; j < 8; ++j) {
+            uint8_t sc, m;
+            scale_min_k4(j, x[i].scales, &sc, &m);
+            isum += sc * dot_i8<32>(a + 32 * j, y[i].qs + 32 * j);
+            summ += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        const float d = h2f(x[i].d) * y[i].d;
+        const float dmin = h2f(x[i].dmin) * y[i].d;
+        sumf += d * static_cast<float>(isum) - dmin * static_cast<float>(summ);
+    }
+    return sumf;
+}
+
+MINFER_CLONES float dot_q6_K(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q6_K*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        int8_t a[QK_K];
+        unpack_q6k(x[i], a);
+        int isum = 0;
+        for (int j = 0; j < 16; ++j)
+            isum += x[i].scales[j] * dot_i8<16>(a + 16 * j, y[i].qs + 16 * j);
+        sumf += h2f(x[i].d) * y[i].d * static_cast<float>(isum);
+    }
+    return sumf;
+}
+
+MINFER_CLONES float dot_iq4_xs(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_iq4_xs*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    float sumf = 0;
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const float d4d8 = h2f(x[i].d) * y[i].d;
+        for (int ib = 0; ib < 8; ++ib) {
+            const int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) |
+                           (((x[i].scales_h >> 2 * ib) & 3) << 4);
+            const uint8_t* qs = x[i].qs + 16 * ib;
+            int8_t v[32];
+            for (int j = 0; j < 16; ++j) {
+                v[j] = kvalues_iq4nl[qs[j] & 0xF];
+                v[j + 16] = kvalues_iq4nl[qs[j] >> 4];
+            }
+            sumf += d4d8 * static_cast<float>(ls - 32) *
+                    static_cast<float>(dot_i8<32>(v, y[i].qs + 32 * ib));
+        }
+    }
+    return sumf;
+}
+
+template <typename Conv>
+MINFER_INLINE float dot_halfs(int64_t n, const uint16_t* x, const uint16_t* y, Conv conv) {
+    float acc[16] = {};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; ++l) acc[l] += conv(x[i + l]) * conv(y[i + l]);
+    float s = 0;
+    for (; i < n; ++i) s += conv(x[i]) * conv(y[i]);
+    for (int l = 0; l < 16; ++l) s += acc[l];
+    return s;
+}
+
+MINFER_CLONES float dot_f16(int64_t n, const void* vw, const void* va) {
+    return dot_halfs(n, static_cast<const uint16_t*>(vw), static_cast<const uint16_t*>(va),
+                     [](uint16_t h) { return fp16_to_fp32(h); });
+}
+
+MINFER_CLONES float dot_bf16(int64_t n, const void* vw, const void* va) {
+    return dot_halfs(n, static_cast<const uint16_t*>(vw), static_cast<const uint16_t*>(va),
+                     [](uint16_t h) { return bf16_to_fp32(h); });
+}
+
+float dot_f32_fn(int64_t n, const void* vw, const void* va) {
+    return dot_f32(static_cast<const float*>(vw), static_cast<const float*>(va), n);
+}
+
+// ---- activation quantizers --------------------------------------------------
+
+// As ggml's x86 quantize_row_q8_0 / q8_1 (the ones llama.cpp runs on this
+// machine): d = amax / 127 stored as f16, q = round-to-nearest-even(x * 127 /
+// amax). q8_1 also stores s = d * sum(q).
+template <bool kWithSum, typename Block>
+void quantize_q8_32(const float* x, Block* y, int64_t n) {
+    for (int64_t ib = 0; ib < n / 32; ++ib) {
+        const float* xb = x + 32 * ib;
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+        const float d = amax / 127.f;
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        y[ib].d = fp32_to_fp16(d);
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) {
+            const int q = nearest_int(xb[j] * id);
+            y[ib].qs[j] = static_cast<int8_t>(q);
+            sum += q;
+        }
+        if constexpr (kWithSum) y[ib].s = fp32_to_fp16(d * static_cast<float>(sum));
+    }
+}
+
+// ggml's quantize_row_q8_K_ref: scale from the signed value of largest
+// magnitude (so it maps to -127), ties to even, bsums per 16.
+void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
+        float max = 0, amax = 0;
+        for (int j = 0; j < QK_K; ++j) {
+            const float ax = std::fabs(x[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        if (amax == 0.0f) {
+            y[i].d = 0;
+            std::memset(y[i].qs, 0, sizeof(y[i].qs));
+            std::memset(y[i].bsums, 0, sizeof(y[i].bsums));
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < QK_K; ++j) {
+            const int v = nearest_int(iscale * x[j]);
+            y[i].qs[j] = static_cast<int8_t>(v < 127 ? v : 127);
+        }
+        for (int j = 0; j < QK_K / 16; ++j) {
+            int sum = 0;
+            for (int l = 0; l < 16; ++l) sum += y[i].qs[16 * j + l];
+            y[i].bsums[j] = static_cast<int16_t>(sum);
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+}  // namespace
+
+MINFER_CLONES float dot_f32(const float* a, const float* b, int64_t n) {
+    float acc[16] = {};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; ++l) acc[l] += a[i + l] * b[i + l];
+    float s = 0;
+    for (; i < n; ++i) s += a[i] * b[i];
+    for (int l = 0; l < 16; ++l) s += acc[l];
+    return s;
+}
+
+DType act_type(DType w) {
+    switch (w) {
+        case DType::Q4_0:
+        case DType::Q5_0:
+        case DType::Q8_0:
+        case DType::IQ4_NL:
+            return DType::Q8_0;
+        case DType::Q4_1:
+        case DType::Q5_1:
+            return DType::Q8_1;
+        case DType::Q2_K:
+        case DType::Q3_K:
+        case DType::Q4_K:
+        case DType::Q5_K:
+        case DType::Q6_K:
+        case DType::IQ4_XS:
+            return DType::Q8_K;
+        case DType::F16:
+            return DType::F16;
+        case DType::BF16:
+            return DType::BF16;
+        default:
+            return DType::F32;
+    }
+}
+
+void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
+    switch (act) {
+        case DType::Q8_0:
+            quantize_q8_32<false>(x, static_cast<block_q8_0*>(y), n);
+            return;
+        case DType::Q8_1:
+            quantize_q8_32<true>(x, static_cast<block_q8_1*>(y), n);
+            return;
+        case DType::Q8_K:
+            quantize_q8_K(x, static_cast<block_q8_K*>(y), n);
+            return;
+        case DType::F16: {
+            auto* h = static_cast<uint16_t*>(y);
+            for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(x[i]);
+            return;
+        }
+        case DType::BF16: {
+            auto* h = static_cast<uint16_t*>(y);
+            for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(x[i]);
+            return;
+        }
+        case DType::F32:
+            std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
+            return;
+        default:
+            MINFER_ASSERT_MSG(false, "not an activation type");
+    }
+}
+
+VecDotFn vec_dot_fn(DType w) {
+    switch (w) {
+        case DType::F32:
+            return dot_f32_fn;
+        case DType::F16:
+            return dot_f16;
+        case DType::BF16:
+            return dot_bf16;
+        case DType::Q4_0:
+            return dot_q4_0;
+        case DType::Q4_1:
+            return dot_q4_1;
+        case DType::Q5_0:
+            return dot_q5_0;
+        case DType::Q5_1:
+            return dot_q5_1;
+        case DType::Q8_0:
+            return dot_q8_0;
+        case DType::Q2_K:
+            return dot_q2_K;
+        case DType::Q3_K:
+            return dot_q3_K;
+        case DType::Q4_K:
+            return dot_q4_K;
+        case DType::Q5_K:
+            return dot_q5_K;
+        case DType::Q6_K:
+            return dot_q6_K;
+        case DType::IQ4_NL:
+            return dot_iq4_nl;
+        case DType::IQ4_XS:
+            return dot_iq4_xs;
+        default:
+            return nullptr;
+    }
+}
+
+// ---- dequantization (ggml's dequantize_row_*) -------------------------------
+
+void dequant_row(DType type, const void* vx, float* y, int64_t n) {
+    switch (type) {
+        case DType::F32:
+            std::memcpy(y, vx, static_cast<size_t>(n) * 4);
+            return;
+        case DType::F16: {
+            const auto* h = static_cast<const uint16_t*>(vx);
+            for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(h[i]);
+            return;
+        }
+        case DType::BF16: {
+            const auto* h = static_cast<const uint16_t*>(vx);
+            for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(h[i]);
+            return;
+        }
+        case DType::Q4_0: {
+            const auto* x = static_cast<const block_q4_0*>(vx);
+            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
+                const float d = h2f(x[i].d);
+                for (int j = 0; j < 16; ++j) {
+                    y[j] = static_cast<float>((x[i].qs[j] & 0xF) - 8) * d;
+                    y[j + 16] = static_cast<float>((x[i].qs[j] >> 4) - 8) * d;
+                }
+            }
+            return;
+        }
+        case DType::Q4_1: {
+            const auto* x = static_cast<const block_q4_1*>(vx);
+            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
+                const float d = h2f(x[i].d), m = h2f(x[i].m);
+                for (int j = 0; j < 16; ++j) {
+                    y[j] = static_cast<float>(x[i].qs[j] & 0xF) * d + m;
+                    y[j + 16] = static_cast<float>(x[i].qs[j] >> 4) * d + m;
+                }
+            }
+            return;
+        }
+        case DType::Q5_0:
+        case DType::Q5_1: {
+            const bool has_min = type == DType::Q5_1;
+            const size_t bsz = has_min ? sizeof(block_q5_1) : sizeof(block_q5_0);
+            const auto* base = static_cast<const uint8_t*>(vx);
+            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
+                const uint8_t* b = base + static_cast<size_t>(i) * bsz;
+                f16_t hd, hm = 0;
+                std::memcpy(&hd, b, 2);
+                if (has_min) std::memcpy(&hm, b + 2, 2);
+                const uint8_t* qhp = b + (has_min ? 4 : 2);
+                const uint8_t* qs = qhp + 4;
+                uint32_t qh;
+                std::memcpy(&qh, qhp, 4);
+                const float d = h2f(hd), m = has_min ? h2f(hm) : 0.0f;
+                const int off = has_min ? 0 : 16;
+                for (int j = 0; j < 16; ++j) {
+                    const int xh0 = static_cast<int>(((qh >> j) << 4) & 0x10);
+                    const int xh1 = static_cast<int>((qh >> (j + 12)) & 0x10);
+                    const int x0 = ((qs[j] & 0x0F) | xh0) - off;
+                    const int x1 = ((qs[j] >> 4) | xh1) - off;
+                    y[j] = has_min ? static_cast<float>(x0) * d + m : static_cast<float>(x0) * d;
+                    y[j + 16] =
+                        has_min ? static_cast<float>(x1) * d + m : static_cast<float>(x1) * d;
+                }
+            }
+            return;
+        }
+        case DType::Q8_0: {
+            const auto* x = static_cast<const block_q8_0*>(vx);
+            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
+                const float d = h2f(x[i].d);
+                for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d;
+            }
+            return;
+        }
+        case DType::Q8_1: {
+            const auto* x = static_cast<const block_q8_1*>(vx);
+            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
+                const float d = h2f(x[i].d);
+                for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d;
+            }
+            return;
+        }
+        case DType::Q8_K: {
+            const auto* x = static_cast<const block_q8_K*>(vx);
+            for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K)
+                for (int j = 0; j < QK_K; ++j) y[j] = x[i].d * static_cast<float>(x[i].qs[j]);
+            return;
+        }
+        case DType::Q2_K: {
+            const auto* x = static_cast<const block_q2_K*>(vx);
+            for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
+                int8_t a[QK_K];
+                unpack_q2k(x[i], a);
+                const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
+                for (int j = 0; j < 16; ++j) {
+                    const float dl = d * static_cast<float>(x[i].scales[j] & 0xF);
+                    const float ml = dmin * static_cast<float>(x[i].scales[j] >> 4);
+                    for (int l = 0; l < 16; ++l)
+                        y[16 * j + l] = dl * static_cast<float>(a[16 * j + l]) - ml;
+                }
+            }
+            return;
+        }
+        case DType::Q3_K: {
+            const auto* x = static_cast<const block_q3_K*>(vx);
+            for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
+                int8_t a[QK_K], sc[16];
+                unpack_q3k(x[i], a);
+                q3k_scales(x[i].scales, sc);
+                const float d = h2f(x[i].d);
+                for (int j = 0; j < 16; ++j) {
+                    const float dl = d * static_cast<float>(sc[j]);
+                    for (int l = 0; l < 16; ++l)
+                        y[16 * j + l] = dl * static_cast<float>(a[16 * j + l]);
+                }
+            }
+            return;
+        }
+        case DType::Q4_K:
+        case DType::Q5_K: {
+            for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
+                int8_t a[QK_K];
+                const uint8_t* scales;
+                f16_t hd, hmin;
+                if (type == DType::Q4_K) {
+                    const auto& b = static_cast<const block_q4_K*>(vx)[i];
+                    unpack_q4k(b, a);
+                    scales = b.scales;
+                    hd = b.d;
+                    hmin = b.dmin;
+                } else {
+                    const auto& b = static_cast<const block_q5_K*>(vx)[i];
+                    unpack_q5k(b, a);
+                    scales = b.scales;
+                    hd = b.d;
+                    hmin = b.dmin;
+                }
+                const float d = h2f(hd), dmin = h2f(hmin);
+                for (int j = 0; j < 8; ++j) {
+                    uint8_t sc, m;
+                    scale_min_k4(j, scales, &sc, &m);
+                    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+                    for (int l = 0; l < 32; ++l)
+                        y[32 * j + l] = d1 * static_cast<float>(a[32 * j + l]) - m1;
+                }
+            }
+            return;
+        }
+        case DType::Q6_K: {
+            const auto* x = static_cast<const block_q6_K*>(vx);
+            for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
+                int8_t a[QK_K];
+                unpack_q6k(x[i], a);
+                const float d = h2f(x[i].d);
+                for (int j = 0; j < 16; ++j) {
+                    for (int l = 0; l < 16; ++l)
+                        y[16 * j + l] = d * static_cast<float>(x[i].scales[j]) *
+                                        static_cast<float>(a[16 * j + l]);
+                }
+            }
+            return;
+        }
+        case DType::IQ4_NL: {
+            const auto* x = static_cast<const block_iq4_nl*>(vx);
+            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
+                const float d = h2f(x[i].d);
+                for (int j = 0; j < 16; ++j) {
+                    y[j] = d * static_cast<float>(kvalues_iq4nl[x[i].qs[j] & 0xF]);
+                    y[j + 16] = d * static_cast<float>(kvalues_iq4nl[x[i].qs[j] >> 4]);
+                }
+            }
+            return;
+        }
+        case DType::IQ4_XS: {
+            const auto* x = static_cast<const block_iq4_xs*>(vx);
+            for (int64_t i = 0; i < n / QK_K; ++i) {
+                const float d = h2f(x[i].d);
+                for (int ib = 0; ib < 8; ++ib, y += 32) {
+                    const int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) |
+                                   (((x[i].scales_h >> 2 * ib) & 3) << 4);
+                    const float dl = d * static_cast<float>(ls - 32);
+                    const uint8_t* qs = x[i].qs + 16 * ib;
+                    for (int j = 0; j < 16; ++j) {
+                        y[j] = dl * static_cast<float>(kvalues_iq4nl[qs[j] & 0xF]);
+                        y[j + 16] = dl * static_cast<float>(kvalues_iq4nl[qs[j] >> 4]);
+                    }
+                }
+            }
+            return;
+        }
+        default:
+            MINFER_ASSERT_MSG(false, "dequant_row: unsupported type");
+    }
+}
+
+}  // namespace minfer::cpu

@@ -1,0 +1,37 @@
+// The CPU side of quantized matmul: activation quantizers (what ggml calls
+// quantize_row_q8_0 / q8_1 / q8_K on x86), row dequantizers (GetRows) and
+// the dot products of a weight row with an activation row in the weight's
+// vec_dot_type — ggml's integer arithmetic: int8 products summed in int32
+// per (sub-)block, then scaled by the block scales in float.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace minfer::cpu {
+
+// The activation format a weight type's dot product consumes (ggml's
+// vec_dot_type on the CPU backend): Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_1 for
+// Q4_1/Q5_1, Q8_K for the K-quants and IQ4_XS, F16 / BF16 / F32 for those.
+tensor::DType act_type(tensor::DType weight);
+
+// Converts n floats (n a multiple of the block size of `act`) into an
+// activation row of type act (one of Q8_0, Q8_1, Q8_K, F16, BF16, F32).
+void quantize_act_row(tensor::DType act, const float* x, void* y, int64_t n);
+
+// n floats of one row of `type` (any type but I32).
+void dequant_row(tensor::DType type, const void* x, float* y, int64_t n);
+
+// dot(weight row of n elements, activation row in act_type(weight)).
+using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
+// The implementation for a weight type; nullptr for I32 / Q8_1 / Q8_K
+// (not weight types).
+VecDotFn vec_dot_fn(tensor::DType weight);
+
+// Plain f32 dot product with float accumulation in 16 lanes (ggml's
+// ggml_vec_dot_f32 sums in float SIMD registers too).
+float dot_f32(const float* a, const float* b, int64_t n);
+
+}  // namespace minfer::cpu

@@ -1,0 +1,194 @@
+#include "util/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "util/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MINFER_CPU_RELAX() _mm_pause()
+#else
+#define MINFER_CPU_RELAX() ((void)0)
+#endif
+
+namespace minfer {
+
+namespace {
+// Spin iterations (each a pause, ~10-40 ns) before a worker blocks on the
+// condition variable: a decode step issues a few hundred runs back to back,
+// each a few microseconds apart, so workers must still be spinning when the
+// next one arrives; an idle pool must not burn a core for long.
+constexpr int kSpinBeforeBlock = 1 << 15;
+// The caller spins this long waiting for the workers, then yields (on an
+// oversubscribed machine a worker may need the caller's core to finish).
+constexpr int kSpinBeforeYield = 1 << 12;
+
+struct AlignedFree {
+    void operator()(void* p) const { std::free(p); }
+};
+}  // namespace
+
+struct ThreadPool::Impl {
+    int n_threads = 1;
+    std::vector<std::thread> workers;
+
+    // A run is published by bumping `generation`; workers finish by
+    // decrementing `pending`.
+    std::atomic<uint64_t> generation{0};
+    std::atomic<int> pending{0};
+    const std::function<void(int, int)>* fn = nullptr;
+    std::atomic<bool> stop{false};  // published by the generation bump after it
+    std::mutex mutex;
+    std::condition_variable cv;
+
+    std::mutex error_mutex;
+    std::exception_ptr error;
+
+    struct Scratch {
+        std::unique_ptr<void, AlignedFree> ptr;
+        size_t bytes = 0;
+    };
+    std::vector<Scratch> scratch;  // [n_threads + 1]
+
+    void call(int ith) {
+        try {
+            (*fn)(ith, n_threads);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(error_mutex);
+            if (!error) error = std::current_exception();
+        }
+    }
+
+    void worker_loop(int ith) {
+        uint64_t seen = 0;
+        for (;;) {
+            uint64_t g = generation.load(std::memory_order_acquire);
+            int spins = 0;
+            while (g == seen) {
+                if (++spins < kSpinBeforeBlock) {
+                    MINFER_CPU_RELAX();
+                } else {
+                    std::unique_lock<std::mutex> lock(mutex);
+                    cv.wait(lock,
+                            [&] { return generation.load(std::memory_order_acquire) != seen; });
+                    spins = 0;
+                }
+                g = generation.load(std::memory_order_acquire);
+            }
+            seen = g;
+            if (stop.load(std::memory_order_acquire)) return;
+            call(ith);
+            pending.fetch_sub(1, std::memory_order_acq_rel);
+        }
+    }
+};
+
+ThreadPool::ThreadPool(int n_threads) : impl_(std::make_unique<Impl>()) {
+    MINFER_ASSERT(n_threads >= 1);
+    impl_->n_threads = n_threads;
+    impl_->scratch.resize(static_cast<size_t>(n_threads) + 1);
+    impl_->workers.reserve(static_cast<size_t>(n_threads - 1));
+    for (int i = 1; i < n_threads; ++i)
+        impl_->workers.emplace_back([this, i] { impl_->worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+    {
+        std::lock_guard<std::mutex> lock(impl_->mutex);
+        impl_->stop.store(true, std::memory_order_release);
+        impl_->generation.fetch_add(1, std::memory_order_acq_rel);
+    }
+    impl_->cv.notify_all();
+    for (auto& t : impl_->workers) t.join();
+}
+
+int ThreadPool::size() const {
+    return impl_->n_threads;
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+    Impl& p = *impl_;
+    p.fn = &fn;
+    p.error = nullptr;
+    if (p.n_threads > 1) {
+        p.pending.store(p.n_threads - 1, std::memory_order_relaxed);
+        {
+            // The lock pairs with the predicate check of a worker about to
+            // block, so a bump between its check and its wait is not lost.
+            std::lock_guard<std::mutex> lock(p.mutex);
+            p.generation.fetch_add(1, std::memory_order_acq_rel);
+        }
+        p.cv.notify_all();  // cheap when nobody waits
+    }
+    p.call(0);
+    int spins = 0;
+    while (p.pending.load(std::memory_order_acquire) != 0) {
+        if (++spins < kSpinBeforeYield) {
+            MINFER_CPU_RELAX();
+        } else {
+            std::this_thread::yield();
+        }
+    }
+    p.fn = nullptr;
+    if (p.error) {
+        std::exception_ptr e = std::exchange(p.error, nullptr);
+        std::rethrow_exception(e);
+    }
+}
+
+void* ThreadPool::scratch(int slot, size_t bytes) {
+    MINFER_ASSERT(slot >= 0 && slot <= impl_->n_threads);
+    Impl::Scratch& s = impl_->scratch[static_cast<size_t>(slot)];
+    if (s.bytes < bytes || !s.ptr) {
+        size_t want = std::max<size_t>(bytes, 4096);
+        want = (want + 63) / 64 * 64;
+        void* p = std::aligned_alloc(64, want);
+        MINFER_ASSERT(p != nullptr);
+        s.ptr.reset(p);
+        s.bytes = want;
+    }
+    return s.ptr.get();
+}
+
+int ThreadPool::physical_cores() {
+    // Distinct (physical id, core id) pairs: hyper-threads share a core's
+    // execution units, and matmul threads beyond the cores only contend.
+    std::ifstream in("/proc/cpuinfo");
+    std::set<std::pair<int, int>> cores;
+    int physical = 0, core = -1;
+    bool have_core = false;
+    std::string line;
+    auto value = [](const std::string& l) {
+        size_t c = l.find(':');
+        return c == std::string::npos ? -1 : std::atoi(l.c_str() + c + 1);
+    };
+    while (std::getline(in, line)) {
+        if (line.rfind("physical id", 0) == 0) {
+            physical = value(line);
+        } else if (line.rfind("core id", 0) == 0) {
+            core = value(line);
+            have_core = true;
+        } else if (line.empty()) {
+            if (have_core) cores.insert({physical, core});
+            physical = 0;
+            have_core = false;
+        }
+    }
+    if (have_core) cores.insert({physical, core});
+    if (!cores.empty()) return static_cast<int>(cores.size());
+    unsigned hc = std::thread::hardware_concurrency();
+    return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+}  // namespace minfer
