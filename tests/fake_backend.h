@@ -41,7 +41,9 @@ class FakeBackend : public backend::Backend {
     }
     bool supports_op(const graph::Node&) const override { return true; }
     void execute_node(const graph::Node& node, std::span<const backend::BufRef> srcs,
-                      const backend::BufRef& out, const backend::KvPair* kv) override {
+                      const backend::BufRef& out, const backend::KvPair* kv,
+                      std::span<const std::array<int64_t, 4>> src_ne = {}) override {
+        MINFER_ASSERT(src_ne.size() == srcs.size());
         MINFER_ASSERT(out.backend == self);
         for (const auto& s : srcs) MINFER_ASSERT(s.backend == self);  // never another pool
         executed.push_back(node.name);

@@ -2,6 +2,7 @@
 // scheduler need from a device. A GPU backend implements the same calls.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -61,9 +62,12 @@ public:
     virtual bool supports_op(const graph::Node& node) const = 0;
     // Run (or record, on a queue backend) one node. srcs[i] is where
     // node.src[i] can be read on this backend; kv is the layer's regions for
-    // ops that read or write the cache.
+    // ops that read or write the cache; src_ne[i] is node.src[i]'s shape
+    // (the kernels need it: Attn's q row stride, KvStore's token count,
+    // SelectRows' bounds). The graph must stay alive until synchronize().
     virtual void execute_node(const graph::Node& node, std::span<const BufRef> srcs,
-                              const BufRef& out, const KvPair* kv) = 0;
+                              const BufRef& out, const KvPair* kv,
+                              std::span<const std::array<int64_t, 4>> src_ne = {}) = 0;
     // End of a split: a queue backend starts running what it recorded.
     virtual void submit() {}
     // Wait until everything submitted has finished.

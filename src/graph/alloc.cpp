@@ -230,7 +230,13 @@ const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
         const bool live = last_use[i] > i || has_side_effect(node.op);
 
         if (touches_kv(node.op)) {
-            const size_t kv_bytes = node.op == Op::KvStore ? bytes : meta_kv_bytes(graph, id);
+            // The store's shape mirrors the region; when its meta is complete
+            // too, take the larger, so a type/meta mismatch can never make
+            // the kernel write past the region.
+            size_t kv_bytes = node.op == Op::KvStore ? bytes : meta_kv_bytes(graph, id);
+            const NodeMeta& m = node.meta;
+            if (node.op == Op::KvStore && m.n_head_kv > 0 && m.head_dim > 0 && m.n_ctx > 0)
+                kv_bytes = std::max(kv_bytes, meta_kv_bytes(graph, id));
             const KvPair pair = ensure_kv(node.meta.layer, b, kv_bytes, node);
             if (node.op == Op::KvStore) {
                 // The node's buffer is the K region (V is its sibling, reached

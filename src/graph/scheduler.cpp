@@ -1,6 +1,7 @@
 #include "graph/scheduler.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 #include "util/error.h"
@@ -30,6 +31,7 @@ void run_splits(const Graph& graph, GraphAllocator& alloc, const std::vector<Spl
                 std::vector<bool>& dirty, SchedStats& stats) {
     std::vector<uint8_t> tmp;
     std::vector<BufRef> srcs;
+    std::vector<std::array<int64_t, 4>> src_ne;
     for (const Split& split : splits) {
         const BackendId b = split.backend;
         backend::Backend& be = alloc.backend(b);
@@ -75,7 +77,9 @@ void run_splits(const Graph& graph, GraphAllocator& alloc, const std::vector<Spl
         for (NodeId id : split.nodes) {
             const Node& node = graph.node(id);
             srcs.clear();
+            src_ne.clear();
             for (NodeId s : node.src) {
+                src_ne.push_back(graph.node(s).ne);
                 const BufRef ref = *alloc.node_buffer(s);
                 srcs.push_back(ref.backend == b ? ref : alloc.cross_staging(s, b));
             }
@@ -86,7 +90,7 @@ void run_splits(const Graph& graph, GraphAllocator& alloc, const std::vector<Spl
                 MINFER_ASSERT_MSG(kv->k.backend == b, "KV regions live on another backend");
             }
             dirty[static_cast<size_t>(b)] = true;
-            be.execute_node(node, srcs, *alloc.node_buffer(id), kv ? &*kv : nullptr);
+            be.execute_node(node, srcs, *alloc.node_buffer(id), kv ? &*kv : nullptr, src_ne);
             ++stats.nodes_run;
         }
         be.submit();
