@@ -23,9 +23,10 @@ std::string node_label(const Graph& g, NodeId id) {
 }
 
 // Ops that write the KV regions: they run even when nothing consumes their
-// output, so they are never "dead".
-bool has_side_effect(Op op) {
-    return op == Op::KvStore || op == Op::QkvBiasRopeStore;
+// output, so they are never "dead" — unless fusion cut them off (a store
+// with no sources, replaced by the epilogue, has nothing to write).
+bool has_side_effect(const Node& node) {
+    return (node.op == Op::KvStore || node.op == Op::QkvBiasRopeStore) && !node.src.empty();
 }
 
 bool in_place_capable(Op op) {
@@ -227,7 +228,7 @@ const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
         const Node& node = graph.nodes[i];
         const BackendId b = node_backend(node);
         const size_t bytes = node.nbytes();
-        const bool live = last_use[i] > i || has_side_effect(node.op);
+        const bool live = last_use[i] > i || has_side_effect(node);
 
         if (touches_kv(node.op)) {
             // The store's shape mirrors the region; when its meta is complete
