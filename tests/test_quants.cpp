@@ -420,6 +420,32 @@ TEST(Quants, RoundTripQ8_1AndQ8_K) {
     }
     EXPECT_EQ(blk[0].s, fp32_to_fp16(sum * (a / 127)));
 }
+
+// Symmetric 4/5-bit: d = max/-2^(b-1) puts the largest magnitude exactly on
+// the end -2^(b-1) of the range; x/d lies in [-2^(b-1), 2^(b-1)], and values
+// above 2^(b-1) - 1/2 (only an element of opposite sign and nearly the same
+// magnitude) clamp to 2^(b-1) - 1, an error of at most one step. Everything
+// else is within half a step.
+void check_symmetric(DType t, int half_range) {
+    auto x = gaussian(32 * 128, 13);
+    auto y = round_trip(t, x);
+    for (size_t b = 0; b < x.size() / 32; ++b) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < 32; ++j)
+            if (std::fabs(x[b * 32 + j]) > amax) {
+                amax = std::fabs(x[b * 32 + j]);
+                max = x[b * 32 + j];
+            }
+        const float d = max / -half_range;
+        for (int j = 0; j < 32; ++j) {
+            const float v = x[b * 32 + j];
+            const float steps = v / d > half_range - 0.5f ? 1.0f : 0.5f;
+            EXPECT_LE(std::fabs(v - y[b * 32 + j]),
+                      std::fabs(d) * (steps + half_range * kHalfEps + 1e-3f))
+                << dtype_name(t) << " block " << b << " elem " << j;
+        }
+    }
+}
 TEST(Quants, RoundTripQ4_0) {
     check_symmetric(DType::Q4_0, 8);
 }
