@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "quants_golden.h"
 #include "tensor/blocks.h"
 #include "tensor/dtype.h"
 #include "tensor/quants.h"
@@ -338,4 +339,247 @@ TEST(Quants, VecDotTypes) {
     for (DType t : {DType::Q4_1, DType::Q5_1}) EXPECT_EQ(vec_dot_type(t), DType::Q8_1);
     for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS})
         EXPECT_EQ(vec_dot_type(t), DType::Q8_K);
+}
+
+// ---------------------------------------------------------------------------
+// Bit identity with llama.cpp on real rows (golden bytes cut from files
+// llama.cpp wrote; see quants_golden.h).
+// ---------------------------------------------------------------------------
+
+namespace {
+template <size_t NS, size_t NQ>
+void expect_golden(DType t, const uint32_t (&src_bits)[NS], const uint8_t (&ref)[NQ], int64_t row) {
+    std::vector<float> x(NS);
+    std::memcpy(x.data(), src_bits, sizeof(src_bits));
+    std::vector<uint8_t> q(NQ);
+    for (int64_t r = 0; r < static_cast<int64_t>(NS) / row; ++r)
+        quantize_row(t, x.data() + r * row, q.data() + r * row_size(t, row), row);
+    for (size_t i = 0; i < NQ; ++i) ASSERT_EQ(q[i], ref[i]) << dtype_name(t) << " byte " << i;
+}
+}  // namespace
+
+TEST(Quants, BitIdenticalToLlamaCppQ4_K) {
+    expect_golden(DType::Q4_K, golden::kQ4K_src, golden::kQ4K_ref, 256);
+}
+TEST(Quants, BitIdenticalToLlamaCppQ6_K) {
+    expect_golden(DType::Q6_K, golden::kQ6K_src, golden::kQ6K_ref, 256);
+}
+TEST(Quants, BitIdenticalToLlamaCppQ8_0) {
+    expect_golden(DType::Q8_0, golden::kQ80_src, golden::kQ80_ref, 64);
+}
+
+// ---------------------------------------------------------------------------
+// Round-trip error bounds. Notation: d the block's scale as computed in fp32,
+// d_h = fp16(d) the stored one, |d_h - d| <= d * 2^-11 (kHalfEps). Quants are
+// integers q with |q| <= Q; dequantization is q * d_h (+ m_h), so besides the
+// rounding of x/d to an integer (half a step) the error carries Q * d * 2^-11
+// from the stored scale (and |m| * 2^-11 from a stored min). A further 1e-3 of
+// a step covers fp32 rounding of x * (1/d).
+// ---------------------------------------------------------------------------
+
+TEST(Quants, RoundTripQ8_0WithinHalfStep) {
+    // d = amax/127, q = round(x/d) in [-127, 127]: |x - q d_h| <= d/2 + 127 d 2^-11.
+    auto x = gaussian(32 * 64, 11);
+    auto y = round_trip(DType::Q8_0, x);
+    for (size_t b = 0; b < x.size() / 32; ++b) {
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+        const float d = amax / 127;
+        for (int j = 0; j < 32; ++j)
+            EXPECT_LE(std::fabs(x[b * 32 + j] - y[b * 32 + j]),
+                      d * (0.5f + 127 * kHalfEps + 1e-3f));
+    }
+}
+
+TEST(Quants, RoundTripQ8_1AndQ8_K) {
+    // Q8_1 is Q8_0 plus a sum; Q8_K keeps d = max/-127 in fp32 (no fp16 term).
+    auto x = gaussian(256 * 8, 12);
+    auto y1 = round_trip(DType::Q8_1, x);
+    auto yk = round_trip(DType::Q8_K, x);
+    for (size_t b = 0; b < x.size() / 32; ++b) {
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+        for (int j = 0; j < 32; ++j)
+            EXPECT_LE(std::fabs(x[b * 32 + j] - y1[b * 32 + j]),
+                      amax / 127 * (0.5f + 127 * kHalfEps + 1e-3f));
+    }
+    for (size_t b = 0; b < x.size() / 256; ++b) {
+        float amax = 0;
+        for (int j = 0; j < 256; ++j) amax = std::max(amax, std::fabs(x[b * 256 + j]));
+        for (int j = 0; j < 256; ++j)
+            EXPECT_LE(std::fabs(x[b * 256 + j] - yk[b * 256 + j]), amax / 127 * (0.5f + 1e-3f));
+    }
+    // Q8_1's s field is d * sum(q), d the fp32 scale amax/127.
+    auto q = quant(DType::Q8_1, x);
+    const auto* blk = reinterpret_cast<const block_q8_1*>(q.data());
+    int sum = 0;
+    float a = 0;
+    for (int j = 0; j < 32; ++j) {
+        sum += blk[0].qs[j];
+        a = std::max(a, std::fabs(x[j]));
+    }
+    EXPECT_EQ(blk[0].s, fp32_to_fp16(sum * (a / 127)));
+}
+
+// Symmetric 4/5-bit: d = max/-2^(b-1) puts the largest magnitude exactly on
+// the end -2^(b-1) of the range; x/d lies in [-2^(b-1), 2^(b-1)], and values
+// above 2^(b-1) - 1/2 (only an element of opposite sign and nearly the same
+// magnitude) clamp to 2^(b-1) - 1, an error of at most one step. Everything
+// else is within half a step.
+void check_symmetric(DType t, int half_range) {
+    auto x = gaussian(32 * 128, 13);
+    auto y = round_trip(t, x);
+    for (size_t b = 0; b < x.size() / 32; ++b) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < 32; ++j)
+            if (std::fabs(x[b * 32 + j]) > amax) {
+                amax = std::fabs(x[b * 32 + j]);
+                max = x[b * 32 + j];
+            }
+        const float d = max / -half_range;
+        for (int j = 0; j < 32; ++j) {
+            const float v = x[b * 32 + j];
+            const float steps = v / d > half_range - 0.5f ? 1.0f : 0.5f;
+            EXPECT_LE(std::fabs(v - y[b * 32 + j]),
+                      std::fabs(d) * (steps + half_range * kHalfEps + 1e-3f))
+                << dtype_name(t) << " block " << b << " elem " << j;
+        }
+    }
+}
+TEST(Quants, RoundTripQ4_0) {
+    check_symmetric(DType::Q4_0, 8);
+}
+TEST(Quants, RoundTripQ5_0) {
+    check_symmetric(DType::Q5_0, 16);
+}
+
+// Asymmetric 4/5-bit: d = (max - min)/(2^b - 1), m = min; (x - min)/d lies in
+// [0, 2^b - 1] and rounds to within half a step; stored d and m add
+// (2^b - 1) d 2^-11 and |min| 2^-11.
+void check_asymmetric(DType t, int levels) {
+    auto x = gaussian(32 * 128, 14);
+    for (auto& v : x) v += 0.3f;  // not centred, so the min matters
+    auto y = round_trip(t, x);
+    for (size_t b = 0; b < x.size() / 32; ++b) {
+        float mn = x[b * 32], mx = x[b * 32];
+        for (int j = 0; j < 32; ++j) {
+            mn = std::min(mn, x[b * 32 + j]);
+            mx = std::max(mx, x[b * 32 + j]);
+        }
+        const float d = (mx - mn) / levels;
+        for (int j = 0; j < 32; ++j)
+            EXPECT_LE(std::fabs(x[b * 32 + j] - y[b * 32 + j]),
+                      d * (0.5f + levels * kHalfEps + 1e-3f) + std::fabs(mn) * kHalfEps)
+                << dtype_name(t);
+    }
+}
+TEST(Quants, RoundTripQ4_1) {
+    check_asymmetric(DType::Q4_1, 15);
+}
+TEST(Quants, RoundTripQ5_1) {
+    check_asymmetric(DType::Q5_1, 31);
+}
+
+TEST(Quants, RoundTripF16AndBF16) {
+    // Round to nearest: relative error <= 2^-11 (half) and 2^-8 (bfloat16) in
+    // the normal range; ties go to even.
+    auto x = gaussian(1024, 15);
+    auto h = round_trip(DType::F16, x);
+    auto b = round_trip(DType::BF16, x);
+    for (size_t i = 0; i < x.size(); ++i) {
+        EXPECT_LE(std::fabs(x[i] - h[i]), std::fabs(x[i]) * kHalfEps);
+        EXPECT_LE(std::fabs(x[i] - b[i]), std::fabs(x[i]) / 256);
+    }
+    const std::vector<float> ties = {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048};  // half ties
+    auto q = quant(DType::F16, ties);
+    uint16_t bits[2];
+    std::memcpy(bits, q.data(), 4);
+    EXPECT_EQ(bits[0], 0x3c00);  // to even (down)
+    EXPECT_EQ(bits[1], 0x3c02);  // to even (up)
+    const std::vector<float> bties = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256};
+    auto qb = quant(DType::BF16, bties);
+    std::memcpy(bits, qb.data(), 4);
+    EXPECT_EQ(bits[0], 0x3f80);
+    EXPECT_EQ(bits[1], 0x3f82);
+}
+
+TEST(Quants, Q8_0IsIdempotent) {
+    // deq(q(x)) = q * d_h with |q| = 127 at the block's largest magnitude, so
+    // its amax is exactly 127 d_h (7-bit times 11-bit significands: exact in
+    // fp32), the new d is exactly d_h and every q * d_h / d_h rounds back to q.
+    auto x = gaussian(32 * 32, 16);
+    auto q1 = quant(DType::Q8_0, x);
+    auto y = deq(DType::Q8_0, q1.data(), static_cast<int64_t>(x.size()));
+    EXPECT_EQ(quant(DType::Q8_0, y), q1);
+}
+
+// ---------------------------------------------------------------------------
+// Special inputs, every quantized type.
+// ---------------------------------------------------------------------------
+
+namespace {
+const DType kQuantTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0,   DType::Q5_1,  DType::Q8_0,
+                             DType::Q8_1, DType::Q2_K, DType::Q3_K,   DType::Q4_K,  DType::Q5_K,
+                             DType::Q6_K, DType::Q8_K, DType::IQ4_NL, DType::IQ4_XS};
+// 2^bits - 1 quant levels per type (the finest step is range / levels).
+int levels(DType t) {
+    switch (t) {
+        case DType::Q2_K:
+            return 3;
+        case DType::Q3_K:
+            return 7;
+        case DType::Q5_0:
+        case DType::Q5_1:
+        case DType::Q5_K:
+            return 31;
+        case DType::Q6_K:
+            return 63;
+        case DType::Q8_0:
+        case DType::Q8_1:
+        case DType::Q8_K:
+            return 255;
+        default:
+            return 15;
+    }
+}
+}  // namespace
+
+TEST(Quants, AllZeroBlocksGiveZerosNotNaN) {
+    std::vector<float> x(512, 0.0f);
+    for (DType t : kQuantTypes) {
+        auto y = round_trip(t, x);
+        for (float v : y) ASSERT_EQ(v, 0.0f) << dtype_name(t);
+    }
+}
+
+TEST(Quants, OneHugeValueIsKept) {
+    // The block holding 1000 among N(0,1) values: its range is ~1000, so half a
+    // step is ~1000 / (2 levels); the largest element is where every scale
+    // search starts, so it is reproduced within that. We allow a full step
+    // (1000 / levels) for the rounding of the stored scales.
+    auto x = gaussian(512, 17);
+    x[37] = 1000.0f;
+    for (DType t : kQuantTypes) {
+        auto y = round_trip(t, x);
+        for (float v : y) ASSERT_TRUE(std::isfinite(v)) << dtype_name(t);
+        EXPECT_NEAR(y[37], 1000.0f, 1000.0f / levels(t)) << dtype_name(t);
+    }
+}
+
+TEST(Quants, NegativeOnlyBlocks) {
+    // All values in [-4, -0.5]: relative RMSE must stay below the type's error
+    // on centred Gaussian data (the data only uses one side of a symmetric
+    // grid, but its norm is larger by the offset): bounded by 2 / levels, a
+    // generous multiple of the Gaussian figures (e.g. Q4_0 0.086 < 2/15).
+    auto x = gaussian(1024, 18);
+    for (auto& v : x) v = -0.5f - std::min(3.5f, std::fabs(v));
+    for (DType t : kQuantTypes) {
+        auto y = round_trip(t, x);
+        double e2 = 0, w2 = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            e2 += (x[i] - y[i]) * (x[i] - y[i]);
+            w2 += x[i] * x[i];
+        }
+        EXPECT_LT(std::sqrt(e2 / w2), 2.0 / levels(t)) << dtype_name(t);
+    }
 }
