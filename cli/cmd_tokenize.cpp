@@ -106,7 +106,8 @@ int cmd_tokenize(int argc, char** argv, int first) {
                 throw Error(jsonl + ":" + std::to_string(lineno) + ": not JSON: " + e.what());
             }
             if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
-                throw Error(jsonl + ":" + std::to_string(lineno) + ": expected {\"text\": \"...\"}");
+                throw Error(jsonl + ":" + std::to_string(lineno) +
+                            ": expected {\"text\": \"...\"}");
             const std::string text = j["text"];
             if (pretok) {
                 print_words(text);

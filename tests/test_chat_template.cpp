@@ -24,8 +24,9 @@ TEST(ChatTemplate, Qwen3NoThinkAppendsEmptyThinkBlock) {
 }
 
 TEST(ChatTemplate, Detect) {
-    EXPECT_EQ(detect_chat_template("{% for message in messages %}{{'<|im_start|>' + message['role']"),
-              ChatTemplateKind::ChatML);
+    EXPECT_EQ(
+        detect_chat_template("{% for message in messages %}{{'<|im_start|>' + message['role']"),
+        ChatTemplateKind::ChatML);
     EXPECT_EQ(detect_chat_template("{{ bos_token }}[INST] {{ m }} [/INST]"),
               ChatTemplateKind::Unknown);
     EXPECT_EQ(detect_chat_template(""), ChatTemplateKind::Unknown);

@@ -19,7 +19,9 @@ using Words = std::vector<std::string>;
 
 namespace {
 
-std::string shared_path(const std::string& rel) { return std::string(MINFER_SHARED_DIR) + "/" + rel; }
+std::string shared_path(const std::string& rel) {
+    return std::string(MINFER_SHARED_DIR) + "/" + rel;
+}
 
 struct ParityResult {
     int matched = 0, total = 0;
@@ -64,11 +66,11 @@ Vocab tiny_vocab() {
         v.tokens.push_back(t);
         v.token_types.push_back(type);
     };
-    add("he", 1);        // 256
-    add("ll", 1);        // 257
-    add("hell", 1);      // 258
-    add(g2(" w"), 1);    // 259
-    add("aa", 1);        // 260
+    add("he", 1);           // 256
+    add("ll", 1);           // 257
+    add("hell", 1);         // 258
+    add(g2(" w"), 1);       // 259
+    add("aa", 1);           // 260
     add("<|im_end|>", 3);   // 261 control
     add("<think>", 4);      // 262 user-defined
     add("<|im_end|>x", 3);  // 263 longer control token that contains another
@@ -119,10 +121,11 @@ TEST(Pretokenize, NumbersSplitOneCodePointEach) {
 
 TEST(Pretokenize, WhitespaceRuns) {
     EXPECT_EQ(pretokenize("   word"), (Words{"  ", " word"}));  // \s+(?!\S) gives one back
-    EXPECT_EQ(pretokenize("a  "), (Words{"a", "  "}));           // at the end: the whole run
+    EXPECT_EQ(pretokenize("a  "), (Words{"a", "  "}));          // at the end: the whole run
     EXPECT_EQ(pretokenize("x\t\ty"), (Words{"x", "\t", "\ty"}));
     EXPECT_EQ(pretokenize("a\r\n\r\nb"), (Words{"a", "\r\n\r\n", "b"}));
-    EXPECT_EQ(pretokenize("  \n  x"), (Words{"  \n", " ", " x"}));  // \s*[\r\n]+ ends at the last LF
+    EXPECT_EQ(pretokenize("  \n  x"),
+              (Words{"  \n", " ", " x"}));  // \s*[\r\n]+ ends at the last LF
     EXPECT_EQ(pretokenize("!!!\n\nz"), (Words{"!!!\n\n", "z"}));
     // NBSP is White_Space, so it prefixes the word like a space does.
     EXPECT_EQ(pretokenize("a\u00a0b"), (Words{"a", "\u00a0b"}));
@@ -151,7 +154,8 @@ TEST(UnicodeTables, CategoriesOfLlamaCppsUnicode151) {
     EXPECT_EQ(unicode_category('A'), UCat::Letter);
     EXPECT_EQ(unicode_category(0x2EBF0), UCat::Letter);  // CJK Ext. I (Unicode 15.1)
     EXPECT_EQ(unicode_category(0x31350), UCat::Letter);  // CJK Ext. H (15.0)
-    EXPECT_EQ(unicode_category(0x1C89), UCat::Undefined);  // added in 16.0: not in llama.cpp's table
+    EXPECT_EQ(unicode_category(0x1C89),
+              UCat::Undefined);  // added in 16.0: not in llama.cpp's table
     EXPECT_EQ(unicode_category(0x0301), UCat::Mark);
     EXPECT_EQ(unicode_category(0x00B2), UCat::Number);
     EXPECT_EQ(unicode_category(0x110000), UCat::Undefined);
@@ -169,8 +173,7 @@ TEST(TokenizerBpe, MergesByRankThenLeftmost) {
     // "hello": h e l l o -> (h e, rank 0) he l l o -> (l l, rank 1) he ll o -> (he ll) hell o
     EXPECT_EQ(tok.encode("hello"), (std::vector<int32_t>{258, 'o'}));
     // " world": the space joins the word; "Ġ w" merges, the rest stays bytes.
-    EXPECT_EQ(tok.encode("hello world"),
-              (std::vector<int32_t>{258, 'o', 259, 'o', 'r', 'l', 'd'}));
+    EXPECT_EQ(tok.encode("hello world"), (std::vector<int32_t>{258, 'o', 259, 'o', 'r', 'l', 'd'}));
     // Equal ranks: the leftmost pair merges first: aaa -> aa a, aaaa -> aa aa.
     EXPECT_EQ(tok.encode("aaa"), (std::vector<int32_t>{260, 'a'}));
     EXPECT_EQ(tok.encode("aaaa"), (std::vector<int32_t>{260, 260}));
@@ -266,7 +269,7 @@ TEST(StreamDecoder, NeverEmitsPartialCharacters) {
     EXPECT_EQ(sd.push(258), "\uFFFDhell");  // broken sequence: U+FFFD, then the rest
     EXPECT_EQ(sd.push(0x80), "\uFFFD");     // stray continuation byte
     EXPECT_EQ(sd.push(0xC3), "");
-    EXPECT_EQ(sd.flush(), "\uFFFD");        // incomplete at the end of the stream
+    EXPECT_EQ(sd.flush(), "\uFFFD");  // incomplete at the end of the stream
     // An overlong lead (C0) or a surrogate (ED A0) is invalid at once.
     EXPECT_EQ(sd.push_bytes(std::string("\xED\xA0\x80", 3)), "\uFFFD\uFFFD\uFFFD");
     EXPECT_EQ(sd.push(261), "");  // control token, special = false
@@ -277,7 +280,8 @@ TEST(StreamDecoder, MatchesDecodeOnRealVocabulary) {
     if (!std::filesystem::exists(model)) GTEST_SKIP();
     auto f = minfer::gguf::File::open(model);
     Tokenizer tok = Tokenizer::from_gguf(f);
-    const std::string text = "emoji: \U0001F44B\U0001F3FD \U0001F389 \U0001F468\u200d\U0001F469 \u4e2d\u6587 caf\u00e9";
+    const std::string text =
+        "emoji: \U0001F44B\U0001F3FD \U0001F389 \U0001F468\u200d\U0001F469 \u4e2d\u6587 caf\u00e9";
     const auto ids = tok.encode(text);
     StreamDecoder sd(tok);
     std::string out;
@@ -293,9 +297,9 @@ TEST(StreamDecoder, MatchesDecodeOnRealVocabulary) {
     }
     out += sd.flush();
     EXPECT_EQ(out, text);
-    EXPECT_TRUE(tok.is_eog(151645));  // <|im_end|>
-    EXPECT_TRUE(tok.is_eog(151643));  // <|endoftext|>
-    EXPECT_FALSE(tok.is_eog(151644)); // <|im_start|>
+    EXPECT_TRUE(tok.is_eog(151645));   // <|im_end|>
+    EXPECT_TRUE(tok.is_eog(151643));   // <|endoftext|>
+    EXPECT_FALSE(tok.is_eog(151644));  // <|im_start|>
     EXPECT_EQ(tok.bos(), 151643);
     EXPECT_FALSE(tok.add_bos());
 }

@@ -15,15 +15,22 @@ uint8_t split_class(uint32_t cpt) {
     }
     if (unicode_is_whitespace(cpt)) return kClsSpace;  // collapsed to \v
     switch (unicode_category(cpt)) {
-        case UCat::Letter: return kClsLetter;
-        case UCat::Number: return kClsNumber;
-        default: return kClsOther;
+        case UCat::Letter:
+            return kClsLetter;
+        case UCat::Number:
+            return kClsNumber;
+        default:
+            return kClsOther;
     }
 }
 
 namespace {
-inline bool is_crlf(uint32_t c) { return c == '\r' || c == '\n'; }
-inline uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+inline bool is_crlf(uint32_t c) {
+    return c == '\r' || c == '\n';
+}
+inline uint32_t ascii_lower(uint32_t c) {
+    return (c >= 'A' && c <= 'Z') ? c + 32 : c;
+}
 }  // namespace
 
 void split_words(const uint32_t* cpts, const uint8_t* cls, size_t n, std::vector<uint32_t>& ends) {
@@ -42,7 +49,8 @@ void split_words(const uint32_t* cpts, const uint8_t* cls, size_t n, std::vector
             }
             if (i + 2 < n) {
                 const uint32_t c2 = ascii_lower(cpts[i + 2]);
-                if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
+                if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') ||
+                    (c1 == 'l' && c2 == 'l')) {
                     i += 3;
                     ends.push_back(uint32_t(i));
                     continue;

@@ -17,7 +17,7 @@ namespace {
 // Open-addressing hash map from a (left, right) symbol pair to the merge's
 // rank and resulting symbol; the BPE inner loop does one lookup per pair.
 class PairMap {
-public:
+  public:
     struct Entry {
         uint64_t key;
         int32_t rank;
@@ -47,9 +47,11 @@ public:
             i = (i + 1) & mask_;
         }
     }
-    static uint64_t make_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+    static uint64_t make_key(int32_t a, int32_t b) {
+        return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+    }
 
-private:
+  private:
     static constexpr uint64_t kEmpty = ~uint64_t(0);
     static size_t hash(uint64_t k) {
         k ^= k >> 33;
@@ -75,8 +77,8 @@ bool is_supported_pre_tokenizer(const std::string& pre) {
 struct Tokenizer::Impl {
     Vocab vocab;
     int32_t n_vocab = 0;
-    std::vector<uint32_t> attrs;          // [n_vocab]
-    std::vector<std::string> pieces;      // [n_vocab] token_to_piece(id, special=true)
+    std::vector<uint32_t> attrs;      // [n_vocab]
+    std::vector<std::string> pieces;  // [n_vocab] token_to_piece(id, special=true)
     std::unordered_map<std::string_view, int32_t> text_to_id;  // views into vocab.tokens
     // BPE symbols: ids < n_vocab are tokens; larger ids are strings that occur
     // in merges but are not tokens (kept so that odd vocabularies still merge
@@ -86,8 +88,8 @@ struct Tokenizer::Impl {
     std::unordered_map<std::string, int32_t> extra_ids;
     int32_t byte_sym[256] = {};
     PairMap merges;
-    std::vector<int32_t> specials;      // CONTROL|USER_DEFINED|UNKNOWN, longest text first
-    std::vector<int32_t> eog;           // sorted
+    std::vector<int32_t> specials;  // CONTROL|USER_DEFINED|UNKNOWN, longest text first
+    std::vector<int32_t> eog;       // sorted
     int32_t eot = -1, eom = -1;
 
     int32_t intern(const std::string& s) {
@@ -178,13 +180,27 @@ void Tokenizer::Impl::build() {
     if (!vocab.token_types.empty()) {
         for (size_t i = 0; i < n; ++i) {
             switch (TokenType(vocab.token_types[i])) {
-                case TokenType::Normal: attrs[i] = kAttrNormal; break;
-                case TokenType::Unknown: attrs[i] = kAttrUnknown; break;
-                case TokenType::Control: attrs[i] = kAttrControl; break;
-                case TokenType::UserDefined: attrs[i] = kAttrUserDefined; break;
-                case TokenType::Unused: attrs[i] = kAttrUnused; break;
-                case TokenType::Byte: attrs[i] = kAttrByte; break;
-                default: attrs[i] = kAttrUndefined; break;
+                case TokenType::Normal:
+                    attrs[i] = kAttrNormal;
+                    break;
+                case TokenType::Unknown:
+                    attrs[i] = kAttrUnknown;
+                    break;
+                case TokenType::Control:
+                    attrs[i] = kAttrControl;
+                    break;
+                case TokenType::UserDefined:
+                    attrs[i] = kAttrUserDefined;
+                    break;
+                case TokenType::Unused:
+                    attrs[i] = kAttrUnused;
+                    break;
+                case TokenType::Byte:
+                    attrs[i] = kAttrByte;
+                    break;
+                default:
+                    attrs[i] = kAttrUndefined;
+                    break;
             }
         }
     }
@@ -225,7 +241,10 @@ void Tokenizer::Impl::build() {
     if (eot < 0) {
         eot = first_of({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
                         "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
-                        "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
+                        "<\xEF\xBD\x9C"
+                        "end\xE2\x96\x81"
+                        "of\xE2\x96\x81"
+                        "sentence\xEF\xBD\x9C>",
                         "<end_of_utterance>"});
         make_control(eot);
     }
@@ -250,11 +269,26 @@ void Tokenizer::Impl::build() {
     }
     std::vector<int32_t> eog_set;
     for (int32_t id : {fim_pad, fim_rep, fim_sep}) eog_set.push_back(id);
-    for (const char* nm :
-         {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-          "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]",
-          "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
-          "<|tool_response>"}) {
+    for (const char* nm : {"<|eot_id|>",
+                           "<|im_end|>",
+                           "<|end|>",
+                           "<|return|>",
+                           "<|call|>",
+                           "<|flush|>",
+                           "<|calls|>",
+                           "<end_of_turn>",
+                           "<|endoftext|>",
+                           "</s>",
+                           "<|eom_id|>",
+                           "<EOT>",
+                           "_<EOT>",
+                           "[EOT]",
+                           "[EOS]",
+                           "<|end_of_text|>",
+                           "<end_of_utterance>",
+                           "<eos>",
+                           "<turn|>",
+                           "<|tool_response>"}) {
         const int32_t id = has(nm);
         make_control(id);
         eog_set.push_back(id);
@@ -270,7 +304,8 @@ void Tokenizer::Impl::build() {
     // Special-token partition order: longest text first (llama.cpp sorts by
     // length only; equal lengths keep id order here).
     for (int32_t id = 0; id < n_vocab; ++id)
-        if (attrs[size_t(id)] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) specials.push_back(id);
+        if (attrs[size_t(id)] & (kAttrControl | kAttrUserDefined | kAttrUnknown))
+            specials.push_back(id);
     std::stable_sort(specials.begin(), specials.end(), [&](int32_t a, int32_t b) {
         return vocab.tokens[size_t(a)].size() > vocab.tokens[size_t(b)].size();
     });
@@ -342,7 +377,8 @@ void Tokenizer::Impl::bpe_word(std::string_view word, std::vector<int32_t>& out,
     auto& syms = s.syms;
     auto& heap = s.heap;
     syms.resize(size_t(n));
-    for (int32_t i = 0; i < n; ++i) syms[size_t(i)] = {byte_sym[uint8_t(word[size_t(i)])], i - 1, i + 1 < n ? i + 1 : -1};
+    for (int32_t i = 0; i < n; ++i)
+        syms[size_t(i)] = {byte_sym[uint8_t(word[size_t(i)])], i - 1, i + 1 < n ? i + 1 : -1};
     heap.clear();
     // Min-heap on (rank, left position): llama.cpp's llm_bigram_bpe comparator.
     auto worse = [](const Scratch::Bigram& x, const Scratch::Bigram& y) {
@@ -443,7 +479,9 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Tokenizer Tokenizer::from_gguf(const gguf::File& f) { return Tokenizer(load_vocab(f)); }
+Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
+    return Tokenizer(load_vocab(f));
+}
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special,
                                        bool add_special) const {
@@ -518,15 +556,27 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool special) con
     return out;
 }
 
-int32_t Tokenizer::n_vocab() const { return impl_->n_vocab; }
+int32_t Tokenizer::n_vocab() const {
+    return impl_->n_vocab;
+}
 bool Tokenizer::is_eog(int32_t id) const {
     return id >= 0 && std::binary_search(impl_->eog.begin(), impl_->eog.end(), id);
 }
-const std::vector<int32_t>& Tokenizer::eog_ids() const { return impl_->eog; }
-int32_t Tokenizer::bos() const { return impl_->vocab.bos_id; }
-int32_t Tokenizer::eos() const { return impl_->vocab.eos_id; }
-int32_t Tokenizer::pad() const { return impl_->vocab.pad_id; }
-bool Tokenizer::add_bos() const { return impl_->vocab.add_bos; }
+const std::vector<int32_t>& Tokenizer::eog_ids() const {
+    return impl_->eog;
+}
+int32_t Tokenizer::bos() const {
+    return impl_->vocab.bos_id;
+}
+int32_t Tokenizer::eos() const {
+    return impl_->vocab.eos_id;
+}
+int32_t Tokenizer::pad() const {
+    return impl_->vocab.pad_id;
+}
+bool Tokenizer::add_bos() const {
+    return impl_->vocab.add_bos;
+}
 bool Tokenizer::is_control(int32_t id) const {
     return id >= 0 && id < impl_->n_vocab && (impl_->attrs[size_t(id)] & kAttrControl);
 }
@@ -541,7 +591,9 @@ int32_t Tokenizer::token_id(std::string_view text) const {
     auto it = impl_->text_to_id.find(text);
     return it == impl_->text_to_id.end() ? -1 : it->second;
 }
-const Vocab& Tokenizer::vocab() const { return impl_->vocab; }
+const Vocab& Tokenizer::vocab() const {
+    return impl_->vocab;
+}
 
 // ---------------------------------------------------------------------------
 
@@ -559,7 +611,9 @@ bool valid_cont(uint8_t lead, int k, uint8_t b) {
 const char kFFFD[] = "\xEF\xBF\xBD";
 }  // namespace
 
-std::string StreamDecoder::push(int32_t id) { return push_bytes(tok_->token_to_piece(id, special_)); }
+std::string StreamDecoder::push(int32_t id) {
+    return push_bytes(tok_->token_to_piece(id, special_));
+}
 
 std::string StreamDecoder::push_bytes(std::string_view bytes) {
     pending_.append(bytes);
@@ -580,7 +634,8 @@ std::string StreamDecoder::push_bytes(std::string_view bytes) {
             continue;
         }
         int k = 1;
-        while (k < len && i + size_t(k) < n && valid_cont(lead, k, uint8_t(pending_[i + size_t(k)])))
+        while (k < len && i + size_t(k) < n &&
+               valid_cont(lead, k, uint8_t(pending_[i + size_t(k)])))
             ++k;
         if (k == len) {
             out.append(pending_, i, size_t(len));

@@ -40,7 +40,7 @@ enum TokenAttr : uint32_t {
 };
 
 class Tokenizer {
-public:
+  public:
     // Validates the vocabulary (sizes, duplicate tokens, ids in range) and
     // builds the lookup tables. Throws minfer::Error.
     explicit Tokenizer(Vocab vocab);
@@ -80,7 +80,7 @@ public:
     int32_t token_id(std::string_view text) const;    // -1 if not a token
     const Vocab& vocab() const;
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
@@ -93,7 +93,7 @@ private:
 // replaced by U+FFFD, one per byte, so the output is always valid UTF-8;
 // for valid input the concatenated output equals decode(ids) exactly.
 class StreamDecoder {
-public:
+  public:
     explicit StreamDecoder(const Tokenizer& tok, bool special = false)
         : tok_(&tok), special_(special) {}
     std::string push(int32_t id);
@@ -102,7 +102,7 @@ public:
     std::string flush();
     size_t pending() const { return pending_.size(); }
 
-private:
+  private:
     const Tokenizer* tok_;
     bool special_;
     std::string pending_;

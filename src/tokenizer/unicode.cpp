@@ -26,7 +26,9 @@ const Gpt2Maps& gpt2_maps() {
 }
 }  // namespace
 
-uint32_t gpt2_byte_to_cpt(uint8_t b) { return gpt2_maps().byte_to_cpt[b]; }
+uint32_t gpt2_byte_to_cpt(uint8_t b) {
+    return gpt2_maps().byte_to_cpt[b];
+}
 
 int gpt2_cpt_to_byte(uint32_t cpt) {
     return cpt < 512 ? gpt2_maps().cpt_to_byte[cpt] : -1;

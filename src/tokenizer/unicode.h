@@ -31,9 +31,13 @@ inline uint8_t unicode_bits(uint32_t cpt) {
 }
 }  // namespace detail
 
-inline UCat unicode_category(uint32_t cpt) { return UCat(detail::unicode_bits(cpt) & 7); }
+inline UCat unicode_category(uint32_t cpt) {
+    return UCat(detail::unicode_bits(cpt) & 7);
+}
 // The White_Space property (the set llama.cpp uses for \s).
-inline bool unicode_is_whitespace(uint32_t cpt) { return detail::unicode_bits(cpt) & 8; }
+inline bool unicode_is_whitespace(uint32_t cpt) {
+    return detail::unicode_bits(cpt) & 8;
+}
 
 constexpr uint32_t kReplacementChar = 0xFFFD;
 
@@ -59,21 +63,34 @@ inline uint32_t utf8_decode_llama(std::string_view text, size_t* pos) {
         return kReplacementChar;
     }
     if ((b0 & 0x20) == 0) {
-        if (!cont(1)) { *pos = i + 1; return kReplacementChar; }
+        if (!cont(1)) {
+            *pos = i + 1;
+            return kReplacementChar;
+        }
         *pos = i + 2;
         return (uint32_t(b0 & 0x1F) << 6) | (uint8_t(text[i + 1]) & 0x3F);
     }
     if ((b0 & 0x10) == 0) {
-        if (!cont(1) || !cont(2)) { *pos = i + 1; return kReplacementChar; }
+        if (!cont(1) || !cont(2)) {
+            *pos = i + 1;
+            return kReplacementChar;
+        }
         *pos = i + 3;
         return (uint32_t(b0 & 0x0F) << 12) | (uint32_t(uint8_t(text[i + 1]) & 0x3F) << 6) |
                (uint8_t(text[i + 2]) & 0x3F);
     }
     if ((b0 & 0x08) == 0) {
-        if (!cont(1) || !cont(2) || !cont(3)) { *pos = i + 1; return kReplacementChar; }
-        const uint32_t c = (uint32_t(b0 & 0x07) << 18) | (uint32_t(uint8_t(text[i + 1]) & 0x3F) << 12) |
-                           (uint32_t(uint8_t(text[i + 2]) & 0x3F) << 6) | (uint8_t(text[i + 3]) & 0x3F);
-        if (c > 0x10FFFF) { *pos = i + 1; return kReplacementChar; }
+        if (!cont(1) || !cont(2) || !cont(3)) {
+            *pos = i + 1;
+            return kReplacementChar;
+        }
+        const uint32_t c =
+            (uint32_t(b0 & 0x07) << 18) | (uint32_t(uint8_t(text[i + 1]) & 0x3F) << 12) |
+            (uint32_t(uint8_t(text[i + 2]) & 0x3F) << 6) | (uint8_t(text[i + 3]) & 0x3F);
+        if (c > 0x10FFFF) {
+            *pos = i + 1;
+            return kReplacementChar;
+        }
         *pos = i + 4;
         return c;
     }

@@ -25,8 +25,8 @@ enum class TokenType : int32_t {
 };
 
 struct Vocab {
-    std::string model = "gpt2";  // tokenizer.ggml.model
-    std::string pre = "qwen2";   // tokenizer.ggml.pre
+    std::string model = "gpt2";        // tokenizer.ggml.model
+    std::string pre = "qwen2";         // tokenizer.ggml.pre
     std::vector<std::string> tokens;   // [n_vocab] byte-level (GPT-2 mapped) text
     std::vector<int32_t> token_types;  // [n_vocab] TokenType values; empty = all Normal
     std::vector<std::string> merges;   // "left right"; the rank is the index
