@@ -14,9 +14,9 @@ struct Fixture {
     std::vector<uint8_t> bytes;
     model::Model m;
     explicit Fixture(const char* arch) {
-        testing::TinyModelSpec s;
+        minfer::testing::TinyModelSpec s;
         s.arch = arch;
-        bytes = testing::make_tiny_model(s).to_bytes();
+        bytes = minfer::testing::make_tiny_model(s).to_bytes();
         m = model::Model::from_file(gguf::File::parse(bytes.data(), bytes.size()));
     }
     graph::Graph build(int64_t n) const {
@@ -45,8 +45,9 @@ TEST(Fuse, SwigluOrphansTheSilu) {
     EXPECT_EQ(s.ffn, 2);
     EXPECT_EQ(count(g, graph::Op::SwiGLU), 2);
     auto consumers = g.n_consumers();
-    for (size_t i = 0; i < g.size(); ++i)
+    for (size_t i = 0; i < g.size(); ++i) {
         if (g.nodes[i].op == graph::Op::Silu) EXPECT_EQ(consumers[i], 0) << g.nodes[i].name;
+    }
 }
 
 TEST(Fuse, QkvFusionLeavesOneProjectionWithOneConsumer) {

@@ -229,6 +229,12 @@ const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
         const BackendId b = node_backend(node);
         const size_t bytes = node.nbytes();
         const bool live = last_use[i] > i || has_side_effect(node);
+        if (!live) {
+            // e.g. the Silu orphaned by SwiGLU fusion, or a KvStore replaced
+            // by the fused epilogue: no buffer, and so never scheduled.
+            ++p.stats.dead_nodes;
+            continue;
+        }
 
         if (touches_kv(node.op)) {
             // The store's shape mirrors the region; when its meta is complete
@@ -245,10 +251,6 @@ const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
                 p.node_to_buf[i] = BufRef{b, pair.k.id, 0, bytes};
                 continue;
             }
-        }
-        if (!live) {
-            ++p.stats.dead_nodes;  // e.g. the Silu orphaned by SwiGLU fusion
-            continue;
         }
         if (in_place_capable(node.op) && !node.src.empty()) {
             // Alias src[0] only when nothing else reads it (we overwrite it),
