@@ -201,6 +201,13 @@ TEST(CpuMatMul, EveryWeightTypeMatchesDequantizedDotWithinActivationError) {
         const DType at = cpu::act_type(t);
         const int64_t blk = at == DType::Q8_K ? 256 : 32;
         std::vector<float> wrow(static_cast<size_t>(K));
+        // The activations as the kernel sees them (quantized, back to float).
+        std::vector<float> xq(x.size());
+        std::vector<uint8_t> qbuf(row_size(at, K));
+        for (int64_t tok = 0; tok < n; ++tok) {
+            cpu::quantize_act_row(at, x.data() + tok * K, qbuf.data(), K);
+            cpu::dequant_row(at, qbuf.data(), xq.data() + tok * K, K);
+        }
         for (int64_t m = 0; m < M; ++m) {
             cpu::dequant_row(t, w.view.row(m), wrow.data(), K);
             for (int64_t tok = 0; tok < n; ++tok) {
@@ -229,7 +236,31 @@ TEST(CpuMatMul, EveryWeightTypeMatchesDequantizedDotWithinActivationError) {
                     }
                 }
                 bound += 1e-5 * mag + 1e-6;
-                EXPECT_NEAR(out[static_cast<size_t>(tok * M + m)], ref, bound)
+                const float got = out[static_cast<size_t>(tok * M + m)];
+                EXPECT_NEAR(got, ref, bound) << "m=" << m << " t=" << tok;
+                // Against the quantized activations the integer sums are
+                // exact: only float roundings remain, each <= 2^-24 of the
+                // magnitude, at most K/32 block terms + 8 per block chain
+                // (and Q8_1's f16 s, bounded as above). This catches a wrong
+                // nibble or scale index that the loose bound above might not.
+                double ref_q = 0, mag_q = 0, slack = 0;
+                for (int64_t i = 0; i < K; ++i) {
+                    const double p =
+                        double(wrow[static_cast<size_t>(i)]) * xq[static_cast<size_t>(tok * K + i)];
+                    ref_q += p;
+                    mag_q += std::fabs(p);
+                }
+                if (at == DType::Q8_1) {
+                    for (int64_t b0 = 0; b0 < K; b0 += 32) {
+                        uint16_t hm;
+                        std::memcpy(&hm, w.view.row(m) + (b0 / 32) * traits(t).type_size + 2, 2);
+                        double sq = 0;
+                        for (int64_t i = b0; i < b0 + 32; ++i)
+                            sq += std::fabs(xq[static_cast<size_t>(tok * K + i)]);
+                        slack += std::fabs(fp16_to_fp32(hm)) * sq / 2048;
+                    }
+                }
+                EXPECT_NEAR(got, ref_q, (K / 32 + 8) * std::ldexp(mag_q, -24) + slack + 1e-7)
                     << "m=" << m << " t=" << tok;
             }
         }
