@@ -13,6 +13,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "tensor/blocks.h"
+#include "tensor/quants.h"
 #include "util/error.h"
 
 using namespace minfer;
@@ -136,6 +137,26 @@ TEST(CpuQuant, DequantizesHandMadeBlocks) {
     EXPECT_EQ(yk[32], 15.0f);  // 3*5 - 0
 }
 
+TEST(CpuQuant, AgreesWithTheTensorStage) {
+    // GetRows' dequantizer must give the tensor stage's reference bits for
+    // every type, and the activation formats must be its vec_dot_type.
+    for (DType t : kWeightTypes) {
+        const int64_t K = 512;
+        Weight w = make_weight(t, K, 2, 77);
+        std::vector<float> a(static_cast<size_t>(K)), b(a.size());
+        cpu::dequant_row(t, w.view.row(1), a.data(), K);
+        tensor::dequantize_row(t, w.view.row(1), b.data(), K);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << dtype_name(t);
+        EXPECT_EQ(cpu::act_type(t), tensor::vec_dot_type(t)) << dtype_name(t);
+    }
+    // Q8_K activations: the same reference quantizer.
+    auto x = random_floats(512, 78, -3, 3);
+    std::vector<uint8_t> qa(row_size(DType::Q8_K, 512)), qb(qa.size());
+    cpu::quantize_act_row(DType::Q8_K, x.data(), qa.data(), 512);
+    tensor::quantize_row(DType::Q8_K, x.data(), qb.data(), 512);
+    EXPECT_EQ(0, std::memcmp(qa.data(), qb.data(), qa.size()));
+}
+
 TEST(CpuQuant, Q8ActivationsRoundTiesToEvenLikeGgml) {
     std::vector<float> x(32, 0.0f);
     x[0] = 127.0f;  // amax: d = 1, so q = x rounded
@@ -209,7 +230,7 @@ TEST(CpuMatMul, EveryWeightTypeMatchesDequantizedDotWithinActivationError) {
             cpu::dequant_row(at, qbuf.data(), xq.data() + tok * K, K);
         }
         for (int64_t m = 0; m < M; ++m) {
-            cpu::dequant_row(t, w.view.row(m), wrow.data(), K);
+            tensor::dequantize_row(t, w.view.row(m), wrow.data(), K);  // independent reference
             for (int64_t tok = 0; tok < n; ++tok) {
                 const float* xt = x.data() + tok * K;
                 double ref = 0, bound = 0, mag = 0;
