@@ -43,8 +43,8 @@ Fixture make(DType t, int64_t K, int64_t M, int64_t n) {
         for (auto& v : row) v = g(rng);
         tensor::quantize_row(t, row.data(), f.bytes.data() + rb * static_cast<size_t>(m), K);
     }
-    f.view = tensor::TensorView{std::string(tensor::dtype_name(t)), t, {K, M, 1, 1}, f.bytes.data(),
-                                f.bytes.size()};
+    f.view = tensor::TensorView{
+        std::string(tensor::dtype_name(t)), t, {K, M, 1, 1}, f.bytes.data(), f.bytes.size()};
     f.x.resize(static_cast<size_t>(K * n));
     for (auto& v : f.x) v = g(rng) * 20;
     f.out.resize(static_cast<size_t>(M * n));
@@ -65,25 +65,26 @@ void BM_MatMul(benchmark::State& state, DType t, int64_t n) {
     }
     const double iters = static_cast<double>(state.iterations());
     if (n == 1) {
-        state.counters["GB/s"] = benchmark::Counter(static_cast<double>(f.bytes.size()) * iters / 1e9,
-                                                    benchmark::Counter::kIsRate);
+        state.counters["GB/s"] = benchmark::Counter(
+            static_cast<double>(f.bytes.size()) * iters / 1e9, benchmark::Counter::kIsRate);
     } else {
-        state.counters["GOP/s"] = benchmark::Counter(2.0 * K * M * n * iters / 1e9,
-                                                     benchmark::Counter::kIsRate);
+        state.counters["GOP/s"] =
+            benchmark::Counter(2.0 * K * M * n * iters / 1e9, benchmark::Counter::kIsRate);
     }
     state.counters["threads"] = pool.size();
 }
 
 void register_all() {
-    const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,
-                           DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+    const DType types[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,   DType::Q4_1,
+                           DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K,   DType::Q3_K,
                            DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
     for (DType t : types) {
         const std::string name(tensor::dtype_name(t));
         benchmark::RegisterBenchmark(("MatMul/decode/" + name).c_str(), BM_MatMul, t, int64_t{1})
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
-        benchmark::RegisterBenchmark(("MatMul/prefill64/" + name).c_str(), BM_MatMul, t, int64_t{64})
+        benchmark::RegisterBenchmark(("MatMul/prefill64/" + name).c_str(), BM_MatMul, t,
+                                     int64_t{64})
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
     }
