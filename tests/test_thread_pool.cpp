@@ -24,22 +24,24 @@ TEST(ThreadPool, EveryIndexRunsExactlyOnce) {
 }
 
 TEST(ThreadPool, RepeatedRunsSeeEachOthersWrites) {
-    // Thousands of back-to-back runs (like a decode step's ~400 ops): each run
-    // reads what the previous one wrote, so a missed barrier shows up as a
-    // wrong total.
+    // Thousands of back-to-back runs (like a decode step's ~400 ops). Run r
+    // reads every thread's cell written in run r - 1 (double-buffered, so
+    // no two threads touch a cell in the same run): a missing barrier or
+    // missing memory ordering shows up as a stale value.
     ThreadPool pool(2);
-    std::vector<int64_t> cells(2, 0);
+    std::vector<int64_t> cells[2] = {std::vector<int64_t>(2, 0), std::vector<int64_t>(2, 0)};
     const int kRuns = 2000;
+    std::atomic<int> stale{0};
     for (int r = 0; r < kRuns; ++r) {
         pool.run([&](int ith, int nth) {
-            // each thread increments its own cell and checks the previous
-            // run finished on all cells
+            const auto& prev = cells[r % 2];
             for (int j = 0; j < nth; ++j)
-                if (cells[static_cast<size_t>(j)] < r) std::abort();
-            cells[static_cast<size_t>(ith)]++;
+                if (prev[static_cast<size_t>(j)] != r) stale++;
+            cells[(r + 1) % 2][static_cast<size_t>(ith)] = prev[static_cast<size_t>(ith)] + 1;
         });
     }
-    for (int64_t c : cells) EXPECT_EQ(c, kRuns);
+    EXPECT_EQ(stale.load(), 0);
+    for (int64_t c : cells[kRuns % 2]) EXPECT_EQ(c, kRuns);
 }
 
 TEST(ThreadPool, SplitsWorkOfAnySizeOverThreads) {

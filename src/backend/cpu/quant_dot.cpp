@@ -10,7 +10,9 @@
 // GCC vectorizes them, and cloned for x86-64-v3 (AVX2) / v4 (AVX-512) with
 // run-time dispatch (ifunc), so one binary runs everywhere and uses the
 // wide registers where they exist.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// (Not under ThreadSanitizer: it instruments the ifunc resolvers, which
+// run before its runtime is initialized, and the program crashes at load.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define MINFER_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MINFER_CLONES
