@@ -25,14 +25,14 @@
 namespace minfer {
 
 namespace {
-// Spin iterations (each a pause, ~10-40 ns) before a worker blocks on the
-// condition variable: a decode step issues a few hundred runs back to back,
-// each a few microseconds apart, so workers must still be spinning when the
-// next one arrives; an idle pool must not burn a core for long.
-constexpr int kSpinBeforeBlock = 1 << 15;
-// The caller spins this long waiting for the workers, then yields (on an
-// oversubscribed machine a worker may need the caller's core to finish).
-constexpr int kSpinBeforeYield = 1 << 12;
+// Waiting has three stages. A decode step issues a few hundred runs back to
+// back, microseconds apart, so a waiting thread first spins (pause, a few
+// ns to ~60 ns each); then it yields, so that on an oversubscribed machine
+// the thread it waits for can take its core; after kYieldsBeforeBlock
+// yields (well over a millisecond) an idle worker blocks on the condition
+// variable so an idle pool burns no CPU.
+constexpr int kSpinBeforeYield = 1 << 10;
+constexpr int kYieldsBeforeBlock = 1 << 12;
 
 struct AlignedFree {
     void operator()(void* p) const { std::free(p); }
@@ -76,8 +76,11 @@ struct ThreadPool::Impl {
             uint64_t g = generation.load(std::memory_order_acquire);
             int spins = 0;
             while (g == seen) {
-                if (++spins < kSpinBeforeBlock) {
+                ++spins;
+                if (spins < kSpinBeforeYield) {
                     MINFER_CPU_RELAX();
+                } else if (spins < kSpinBeforeYield + kYieldsBeforeBlock) {
+                    std::this_thread::yield();
                 } else {
                     std::unique_lock<std::mutex> lock(mutex);
                     cv.wait(lock,

@@ -1,6 +1,7 @@
 #include "backend/cpu/kernels.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -21,6 +22,7 @@ namespace {
 // Element-wise work below this many elements runs on the caller alone:
 // waking the pool costs about a microsecond, a decode row of 896 floats less.
 constexpr int64_t kParallelMinElements = 1 << 14;
+constexpr int64_t kMaxHeadDim = 1024;
 
 // Calls fn(i0, i1) on contiguous ranges of [0, n_items), one per thread,
 // or once on the caller when the whole job is small.
@@ -153,12 +155,12 @@ void op_head_norm(const Node& node, const NodeData& data, ThreadPool& pool) {
 
 void op_rope(const Node& node, const NodeData& data, ThreadPool& pool) {
     const int64_t n = node.ne[1], ne0 = node.ne[0], hd = node.meta.head_dim;
-    MINFER_ASSERT(hd > 0 && hd % 2 == 0 && ne0 % hd == 0);
+    MINFER_ASSERT(hd > 0 && hd % 2 == 0 && hd <= kMaxHeadDim && ne0 % hd == 0);
     const auto* x = static_cast<const float*>(data.src[0]);
     const auto* pos = static_cast<const int32_t*>(data.src[1]);
     auto* y = static_cast<float*>(data.out);
     parallel_ranges(pool, n, ne0, [&](int64_t i0, int64_t i1) {
-        std::vector<float> cs(static_cast<size_t>(hd));
+        std::array<float, kMaxHeadDim> cs;  // cos/sin table, no allocation per op
         for (int64_t i = i0; i < i1; ++i) {
             if (y != x) std::memcpy(y + i * ne0, x + i * ne0, static_cast<size_t>(ne0) * 4);
             rope_table(pos[i], hd, node.meta.rope_freq_base, cs.data());
@@ -298,6 +300,7 @@ void op_qkv_epilogue(const Node& node, const NodeData& data, ThreadPool& pool) {
     const int64_t n_q = int64_t{m.n_head} * hd, n_kv = int64_t{m.n_head_kv} * hd;
     const int64_t stride = node.ne[0];
     MINFER_ASSERT(stride == n_q + 2 * n_kv && data.k && data.v);
+    MINFER_ASSERT(hd > 0 && hd % 2 == 0 && hd <= kMaxHeadDim);
     const bool biases = node.weights.size() == 3;
     MINFER_ASSERT(biases || node.weights.size() == 2);
     const float* bq = biases ? f32_weight(node, 0, n_q) : nullptr;
@@ -310,7 +313,7 @@ void op_qkv_epilogue(const Node& node, const NodeData& data, ThreadPool& pool) {
     const auto* x = static_cast<const float*>(data.src[0]);
     auto* y = static_cast<float*>(data.out);
     parallel_ranges(pool, n, stride, [&](int64_t i0, int64_t i1) {
-        std::vector<float> cs(static_cast<size_t>(hd));
+        std::array<float, kMaxHeadDim> cs;  // cos/sin table, no allocation per op
         for (int64_t i = i0; i < i1; ++i) {
             float* row = y + i * stride;
             if (y != x) std::memcpy(row, x + i * stride, static_cast<size_t>(stride) * 4);

@@ -10,12 +10,19 @@
 // GCC vectorizes them, and cloned for x86-64-v3 (AVX2) / v4 (AVX-512) with
 // run-time dispatch (ifunc), so one binary runs everywhere and uses the
 // wide registers where they exist.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// (Not under ThreadSanitizer: it instruments the ifunc resolvers, which
+// run before its runtime is initialized, and the program crashes at load.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define MINFER_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MINFER_CLONES
 #endif
 #define MINFER_INLINE inline __attribute__((always_inline))
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MINFER_X86_SIMD 1
+#endif
 
 namespace minfer::cpu {
 
@@ -214,6 +221,149 @@ MINFER_CLONES float dot_q8_0(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+
+#ifdef MINFER_X86_SIMD
+// Q8_0 x Q8_0 with AVX2 (ggml's x86 path): |x| (unsigned) times y with x's
+// sign, pairwise to int16 (<= 2*128*127, no overflow), then to int32 lanes;
+// per block d_x*d_y times the 8 exact partial sums, accumulated by FMA.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 q8_0_block_avx2(const block_q8_0& x,
+                                                                       const block_q8_0& y) {
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+    const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+    const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * _cvtsh_ss(y.d)), p);
+}
+
+__attribute__((target("avx2,fma,f16c"))) float dot_q8_0_avx2(int64_t n, const void* vw,
+                                                             const void* va) {
+    const auto* x = static_cast<const block_q8_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int64_t nb = n / QK8_0;
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        acc0 = _mm256_add_ps(acc0, q8_0_block_avx2(x[ib], y[ib]));
+        acc1 = _mm256_add_ps(acc1, q8_0_block_avx2(x[ib + 1], y[ib + 1]));
+    }
+    if (ib < nb) acc0 = _mm256_add_ps(acc0, q8_0_block_avx2(x[ib], y[ib]));
+    const __m256 acc = _mm256_add_ps(acc0, acc1);
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+#define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+MINFER_AVX2 inline float hsum_avx2(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+// Two int16 scales, one per 128-bit half (a 32-element group that spans two
+// 16-element sub-blocks: the low half of maddubs' lanes covers elements 0-15).
+MINFER_AVX2 inline __m256i scales2_avx2(int a, int b) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<int16_t>(a))),
+                                   _mm_set1_epi16(static_cast<int16_t>(b)), 1);
+}
+
+// Q4_K x Q8_K: nibbles (unsigned) times q8 by maddubs, times the group's
+// 6-bit scale by madd -> exact int32 lanes; the mins through the bsums as in
+// the generic code. Integer results equal the generic ones exactly.
+MINFER_AVX2 float dot_q4_K_avx2(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q4_K*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    float sum_min = 0;
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        uint8_t sc[8], mn[8];
+        for (int j = 0; j < 8; ++j) scale_min_k4(j, x[i].scales, &sc[j], &mn[j]);
+        int summ = 0;
+        for (int j = 0; j < 8; ++j) summ += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        const uint8_t* q4 = x[i].qs;
+        const int8_t* q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; ++j) {
+            const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q4 + 32 * j));
+            const __m256i lo = _mm256_and_si256(bits, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 64 * j));
+            const __m256i y1 =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 64 * j + 32));
+            const __m256i p0 =
+                _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j]), _mm256_maddubs_epi16(lo, y0));
+            const __m256i p1 =
+                _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j + 1]), _mm256_maddubs_epi16(hi, y1));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
+        const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        sum_min += dmin * static_cast<float>(summ);
+    }
+    return hsum_avx2(acc) - sum_min;
+}
+
+// Q6_K x Q8_K: the 6-bit values as unsigned 0..63 (maddubs), minus 32*q8
+// (maddubs of 32 with q8), times the int8 sub-block scales by madd.
+MINFER_AVX2 float dot_q6_K_avx2(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q6_K*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i m2 = _mm256_set1_epi8(3);
+    const __m256i m32s = _mm256_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const uint8_t* ql = x[i].ql;
+        const uint8_t* qh = x[i].qh;
+        const int8_t* q8 = y[i].qs;
+        const int8_t* sc = x[i].scales;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 2; ++j) {
+            const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+            const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+            const __m256i l2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
+            q[1] = _mm256_or_si256(
+                _mm256_and_si256(l2, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
+            q[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
+            q[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
+            for (int k = 0; k < 4; ++k) {
+                const __m256i yk =
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
+                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], yk),
+                                                   _mm256_maddubs_epi16(m32s, yk));
+                sumi = _mm256_add_epi32(
+                    sumi, _mm256_madd_epi16(scales2_avx2(sc[2 * k], sc[2 * k + 1]), p));
+            }
+            ql += 64;
+            qh += 32;
+            q8 += 128;
+            sc += 8;
+        }
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_avx2(acc);
+}
+
+bool has_avx2() {
+    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                            __builtin_cpu_supports("f16c");
+    return yes;
+}
+#endif
 
 MINFER_CLONES float dot_iq4_nl(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_iq4_nl*>(vw);
@@ -512,16 +662,25 @@ VecDotFn vec_dot_fn(DType w) {
         case DType::Q5_1:
             return dot_q5_1;
         case DType::Q8_0:
+#ifdef MINFER_X86_SIMD
+            if (has_avx2()) return dot_q8_0_avx2;
+#endif
             return dot_q8_0;
         case DType::Q2_K:
             return dot_q2_K;
         case DType::Q3_K:
             return dot_q3_K;
         case DType::Q4_K:
+#ifdef MINFER_X86_SIMD
+            if (has_avx2()) return dot_q4_K_avx2;
+#endif
             return dot_q4_K;
         case DType::Q5_K:
             return dot_q5_K;
         case DType::Q6_K:
+#ifdef MINFER_X86_SIMD
+            if (has_avx2()) return dot_q6_K_avx2;
+#endif
             return dot_q6_K;
         case DType::IQ4_NL:
             return dot_iq4_nl;

@@ -1,0 +1,688 @@
+// Every CPU kernel against a straightforward scalar reference written here
+// (double accumulation), with the tolerance of each comparison argued next
+// to it. Weights are random bytes with sane block scales, so every bit
+// pattern of the quant fields is exercised.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/quant_dot.h"
+#include "tensor/blocks.h"
+#include "tensor/quants.h"
+#include "util/error.h"
+
+using namespace minfer;
+using namespace minfer::tensor;
+using minfer::cpu::NodeData;
+using minfer::graph::Node;
+using minfer::graph::Op;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(rng);
+    return v;
+}
+
+// Byte offsets of the f16 scale fields of one block, per type.
+std::vector<size_t> scale_offsets(DType t) {
+    switch (t) {
+        case DType::Q4_0:
+        case DType::Q5_0:
+        case DType::Q8_0:
+        case DType::IQ4_NL:
+        case DType::IQ4_XS:
+            return {0};
+        case DType::Q4_1:
+        case DType::Q5_1:
+        case DType::Q4_K:
+        case DType::Q5_K:
+            return {0, 2};
+        case DType::Q2_K:
+            return {80, 82};
+        case DType::Q3_K:
+            return {108};
+        case DType::Q6_K:
+            return {208};
+        default:
+            return {};
+    }
+}
+
+// A weight [K, M] of type t: random bytes, block scales in [0.002, 0.02]
+// (mins of either sign), plain types random values in [-1, 1].
+struct Weight {
+    std::vector<uint8_t> bytes;
+    TensorView view;
+};
+Weight make_weight(DType t, int64_t K, int64_t M, uint32_t seed) {
+    Weight w;
+    const size_t row = row_size(t, K);
+    w.bytes.resize(row * static_cast<size_t>(M));
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+        for (int64_t i = 0; i < K * M; ++i) {
+            const float f = u(rng);
+            if (t == DType::F32) std::memcpy(w.bytes.data() + 4 * i, &f, 4);
+            uint16_t h = t == DType::F16 ? fp32_to_fp16(f) : fp32_to_bf16(f);
+            if (t != DType::F32) std::memcpy(w.bytes.data() + 2 * i, &h, 2);
+        }
+    } else {
+        for (auto& b : w.bytes) b = static_cast<uint8_t>(rng());
+        const size_t bs = traits(t).type_size;
+        const std::vector<size_t> offs = scale_offsets(t);
+        for (size_t blk = 0; blk < w.bytes.size() / bs; ++blk) {
+            for (size_t k = 0; k < offs.size(); ++k) {
+                float s = 0.002f + 0.018f * (u(rng) * 0.5f + 0.5f);
+                if (k == 1) s *= (u(rng) < 0 ? -1.0f : 1.0f);  // the min / dmin
+                const uint16_t h = fp32_to_fp16(s);
+                std::memcpy(w.bytes.data() + blk * bs + offs[k], &h, 2);
+            }
+        }
+    }
+    w.view.name = std::string("w_") + std::string(dtype_name(t));
+    w.view.type = t;
+    w.view.ne = {K, M, 1, 1};
+    w.view.data = w.bytes.data();
+    w.view.nbytes = w.bytes.size();
+    return w;
+}
+
+Node make_node(Op op, std::array<int64_t, 4> ne) {
+    Node n;
+    n.op = op;
+    n.name = std::string(graph::op_name(op));
+    n.ne = ne;
+    return n;
+}
+
+const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,   DType::Q4_1,
+                              DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K,   DType::Q3_K,
+                              DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
+
+}  // namespace
+
+// ---- hand-computed blocks -----------------------------------------------------
+
+TEST(CpuQuant, DequantizesHandMadeBlocks) {
+    block_q4_0 b4{};
+    b4.d = fp32_to_fp16(0.5f);
+    b4.qs[0] = 0x1F;  // element 0 = 15, element 16 = 1
+    float y[32];
+    cpu::dequant_row(DType::Q4_0, &b4, y, 32);
+    EXPECT_EQ(y[0], 3.5f);    // (15 - 8) * 0.5
+    EXPECT_EQ(y[16], -3.5f);  // (1 - 8) * 0.5
+    EXPECT_EQ(y[1], -4.0f);   // (0 - 8) * 0.5
+
+    block_q4_K bk{};
+    bk.d = fp32_to_fp16(1.0f);
+    bk.dmin = fp32_to_fp16(1.0f);
+    bk.scales[0] = 2;  // sub-block 0: scale 2
+    bk.scales[4] = 1;  //              min 1
+    bk.scales[1] = 3;  // sub-block 1: scale 3, min 0
+    bk.qs[0] = 0x53;   // element 0 = 3, element 32 = 5
+    std::vector<float> yk(256);
+    cpu::dequant_row(DType::Q4_K, &bk, yk.data(), 256);
+    EXPECT_EQ(yk[0], 5.0f);    // 2*3 - 1
+    EXPECT_EQ(yk[1], -1.0f);   // 2*0 - 1
+    EXPECT_EQ(yk[32], 15.0f);  // 3*5 - 0
+}
+
+TEST(CpuQuant, AgreesWithTheTensorStage) {
+    // GetRows' dequantizer must give the tensor stage's reference bits for
+    // every type, and the activation formats must be its vec_dot_type.
+    for (DType t : kWeightTypes) {
+        const int64_t K = 512;
+        Weight w = make_weight(t, K, 2, 77);
+        std::vector<float> a(static_cast<size_t>(K)), b(a.size());
+        cpu::dequant_row(t, w.view.row(1), a.data(), K);
+        tensor::dequantize_row(t, w.view.row(1), b.data(), K);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << dtype_name(t);
+        EXPECT_EQ(cpu::act_type(t), tensor::vec_dot_type(t)) << dtype_name(t);
+    }
+    // Q8_K activations: the same reference quantizer.
+    auto x = random_floats(512, 78, -3, 3);
+    std::vector<uint8_t> qa(row_size(DType::Q8_K, 512)), qb(qa.size());
+    cpu::quantize_act_row(DType::Q8_K, x.data(), qa.data(), 512);
+    tensor::quantize_row(DType::Q8_K, x.data(), qb.data(), 512);
+    EXPECT_EQ(0, std::memcmp(qa.data(), qb.data(), qa.size()));
+}
+
+TEST(CpuQuant, Q8ActivationsRoundTiesToEvenLikeGgml) {
+    std::vector<float> x(32, 0.0f);
+    x[0] = 127.0f;  // amax: d = 1, so q = x rounded
+    x[1] = -63.5f;  // tie -> -64 (even)
+    x[2] = 0.5f;    // tie -> 0
+    x[3] = 1.5f;    // tie -> 2
+    block_q8_0 q{};
+    cpu::quantize_act_row(DType::Q8_0, x.data(), &q, 32);
+    EXPECT_EQ(fp16_to_fp32(q.d), 1.0f);
+    EXPECT_EQ(q.qs[0], 127);
+    EXPECT_EQ(q.qs[1], -64);
+    EXPECT_EQ(q.qs[2], 0);
+    EXPECT_EQ(q.qs[3], 2);
+
+    block_q8_1 q1{};
+    cpu::quantize_act_row(DType::Q8_1, x.data(), &q1, 32);
+    EXPECT_EQ(fp16_to_fp32(q1.s), 127.0f - 64.0f + 2.0f);  // d * sum(q)
+
+    // Q8_K: the value of largest magnitude (here negative) maps to -127.
+    std::vector<float> xk(256, 0.0f);
+    xk[0] = -2.0f;
+    xk[1] = 1.0f;   // 1 * 63.5 -> 64 (tie to even)
+    xk[17] = 0.5f;  // 31.75 -> 32
+    block_q8_K k{};
+    cpu::quantize_act_row(DType::Q8_K, xk.data(), &k, 256);
+    EXPECT_EQ(k.qs[0], -127);
+    EXPECT_EQ(k.qs[1], 64);
+    EXPECT_EQ(k.bsums[0], -127 + 64);
+    EXPECT_EQ(k.bsums[1], 32);
+    EXPECT_FLOAT_EQ(k.d, -2.0f / -127.0f);
+}
+
+// ---- MatMul -----------------------------------------------------------------------
+
+// For every weight type, out[t][m] against sum_i w[m][i] * x[t][i] in double
+// with w dequantized. The kernel's integer arithmetic is exact, so the error
+// is that of the activation format, per element i of a block with largest
+// magnitude amax:
+//   Q8_0 / Q8_1: |x - d*q| <= amax/254 (rounding) + amax * 2^-11 (d stored
+//     as f16, |q| <= 127)  -> e_i = amax * (1/254 + 1/2048);
+//     Q8_1 also uses s = f16(d * sum q): |m| * 32 * amax * 2^-11 per block;
+//   Q8_K: d is a float: e_i = amax / 254 (+ float rounding of 127/max);
+//   F16: |x| * 2^-11, BF16: |x| * 2^-8, F32: 0.
+// bound = sum_i |w_i| e_i, plus 1e-5 * sum |w_i x_i| for the float
+// accumulation of a few hundred terms (each rounding <= 2^-24 relative).
+TEST(CpuMatMul, EveryWeightTypeMatchesDequantizedDotWithinActivationError) {
+    const int64_t K = 512, M = 9, n = 3;
+    ThreadPool pool(2);
+    std::vector<float> x = random_floats(static_cast<size_t>(K * n), 7);
+    x[5] = 3.0f;  // an outlier widens one block's scale
+    for (DType t : kWeightTypes) {
+        SCOPED_TRACE(std::string(dtype_name(t)));
+        Weight w = make_weight(t, K, M, 11);
+        std::vector<float> out(static_cast<size_t>(M * n));
+        Node node = make_node(Op::MatMul, {M, n, 1, 1});
+        node.weights = {&w.view};
+        NodeData data;
+        data.src = {x.data()};
+        data.src_ne = {{K, n, 1, 1}};
+        data.out = out.data();
+        cpu::run_node(node, data, pool);
+
+        const DType at = cpu::act_type(t);
+        const int64_t blk = at == DType::Q8_K ? 256 : 32;
+        std::vector<float> wrow(static_cast<size_t>(K));
+        // The activations as the kernel sees them (quantized, back to float).
+        std::vector<float> xq(x.size());
+        std::vector<uint8_t> qbuf(row_size(at, K));
+        for (int64_t tok = 0; tok < n; ++tok) {
+            cpu::quantize_act_row(at, x.data() + tok * K, qbuf.data(), K);
+            cpu::dequant_row(at, qbuf.data(), xq.data() + tok * K, K);
+        }
+        for (int64_t m = 0; m < M; ++m) {
+            tensor::dequantize_row(t, w.view.row(m), wrow.data(), K);  // independent reference
+            for (int64_t tok = 0; tok < n; ++tok) {
+                const float* xt = x.data() + tok * K;
+                double ref = 0, bound = 0, mag = 0;
+                for (int64_t b0 = 0; b0 < K; b0 += blk) {
+                    double amax = 0;
+                    for (int64_t i = b0; i < b0 + blk; ++i)
+                        amax = std::max(amax, std::fabs(double(xt[i])));
+                    for (int64_t i = b0; i < b0 + blk; ++i) {
+                        const double wi = wrow[static_cast<size_t>(i)], xi = xt[i];
+                        ref += wi * xi;
+                        mag += std::fabs(wi * xi);
+                        double e = 0;
+                        if (at == DType::Q8_0 || at == DType::Q8_1)
+                            e = amax * (1.0 / 254 + 1.0 / 2048);
+                        if (at == DType::Q8_K) e = amax * (1.0 / 254 + 1e-6);
+                        if (at == DType::F16) e = std::fabs(xi) / 2048;
+                        if (at == DType::BF16) e = std::fabs(xi) / 256;
+                        bound += std::fabs(wi) * e;
+                    }
+                    if (at == DType::Q8_1) {
+                        uint16_t hm;
+                        std::memcpy(&hm, w.view.row(m) + (b0 / 32) * traits(t).type_size + 2, 2);
+                        bound += std::fabs(fp16_to_fp32(hm)) * 32 * amax / 2048;
+                    }
+                }
+                bound += 1e-5 * mag + 1e-6;
+                const float got = out[static_cast<size_t>(tok * M + m)];
+                EXPECT_NEAR(got, ref, bound) << "m=" << m << " t=" << tok;
+                // Against the quantized activations the integer sums are
+                // exact: only float roundings remain, each <= 2^-24 of the
+                // magnitude, at most K/32 block terms + 8 per block chain
+                // (and Q8_1's f16 s, bounded as above). This catches a wrong
+                // nibble or scale index that the loose bound above might not.
+                double ref_q = 0, mag_q = 0, slack = 0;
+                for (int64_t i = 0; i < K; ++i) {
+                    const double p =
+                        double(wrow[static_cast<size_t>(i)]) * xq[static_cast<size_t>(tok * K + i)];
+                    ref_q += p;
+                    mag_q += std::fabs(p);
+                }
+                if (at == DType::Q8_1) {
+                    for (int64_t b0 = 0; b0 < K; b0 += 32) {
+                        uint16_t hm;
+                        std::memcpy(&hm, w.view.row(m) + (b0 / 32) * traits(t).type_size + 2, 2);
+                        double sq = 0;
+                        for (int64_t i = b0; i < b0 + 32; ++i)
+                            sq += std::fabs(xq[static_cast<size_t>(tok * K + i)]);
+                        slack += std::fabs(fp16_to_fp32(hm)) * sq / 2048;
+                    }
+                }
+                EXPECT_NEAR(got, ref_q, (K / 32 + 8) * std::ldexp(mag_q, -24) + slack + 1e-7)
+                    << "m=" << m << " t=" << tok;
+            }
+        }
+    }
+}
+
+TEST(CpuMatMul, SameBitsWithOneAndTwoThreadsAndPrefillTiles) {
+    // n = 40 tokens crosses the 32-token tile, M = 37 rows a partial row block.
+    const int64_t K = 256, M = 37, n = 40;
+    std::vector<float> x = random_floats(static_cast<size_t>(K * n), 3);
+    for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F32}) {
+        Weight w = make_weight(t, K, M, 5);
+        std::vector<float> o1(static_cast<size_t>(M * n)), o2(o1.size()), o3(o1.size());
+        cpu::MatMulPart part{&w.view, 0};
+        ThreadPool p1(1), p2(2);
+        cpu::matmul(&part, 1, x.data(), K, n, o1.data(), M, p1);
+        cpu::matmul(&part, 1, x.data(), K, n, o2.data(), M, p2);
+        EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4)) << dtype_name(t);
+        // token t alone (decode shape) gives the same bits as inside a batch
+        cpu::matmul(&part, 1, x.data() + 7 * K, K, 1, o3.data(), M, p2);
+        EXPECT_EQ(0, std::memcmp(o3.data(), o1.data() + 7 * M, static_cast<size_t>(M) * 4));
+    }
+}
+
+// ---- small ops --------------------------------------------------------------------
+
+TEST(CpuOps, RmsNormAndHeadNormMatchDoubleReference) {
+    // One float scale and two float multiplies per element after a double
+    // sum: relative error a few 2^-24; 1e-6 relative is generous.
+    const int64_t ne0 = 128, n = 3, hd = 32;
+    ThreadPool pool(2);
+    auto x = random_floats(static_cast<size_t>(ne0 * n), 1, -2, 2);
+    auto w = random_floats(static_cast<size_t>(ne0), 2);
+    TensorView wv{"norm", DType::F32, {ne0, 1, 1, 1}, w.data(), w.size() * 4};
+    TensorView hv{"head_norm", DType::F32, {hd, 1, 1, 1}, w.data(), hd * 4};
+    std::vector<float> out(x.size()), out_h(x.size());
+    Node norm = make_node(Op::RmsNorm, {ne0, n, 1, 1});
+    norm.meta.eps = 1e-6f;
+    norm.weights = {&wv};
+    cpu::run_node(norm, NodeData{{x.data()}, out.data(), nullptr, nullptr, {}}, pool);
+    Node hn = make_node(Op::HeadNorm, {ne0, n, 1, 1});
+    hn.meta.eps = 1e-6f;
+    hn.meta.head_dim = hd;
+    hn.weights = {&hv};
+    cpu::run_node(hn, NodeData{{x.data()}, out_h.data(), nullptr, nullptr, {}}, pool);
+    for (int64_t t = 0; t < n; ++t) {
+        const float* xt = x.data() + t * ne0;
+        double ss = 0;
+        for (int64_t i = 0; i < ne0; ++i) ss += double(xt[i]) * xt[i];
+        const double sc = 1.0 / std::sqrt(ss / ne0 + 1e-6);
+        for (int64_t i = 0; i < ne0; ++i) {
+            const double ref = xt[i] * sc * w[static_cast<size_t>(i)];
+            EXPECT_NEAR(out[static_cast<size_t>(t * ne0 + i)], ref, 1e-6 * std::fabs(ref) + 1e-7);
+        }
+        for (int64_t h = 0; h < ne0 / hd; ++h) {
+            double hs = 0;
+            for (int64_t i = 0; i < hd; ++i) hs += double(xt[h * hd + i]) * xt[h * hd + i];
+            const double hsc = 1.0 / std::sqrt(hs / hd + 1e-6);
+            for (int64_t i = 0; i < hd; ++i) {
+                const double ref = xt[h * hd + i] * hsc * w[static_cast<size_t>(i)];
+                EXPECT_NEAR(out_h[static_cast<size_t>(t * ne0 + h * hd + i)], ref,
+                            1e-6 * std::fabs(ref) + 1e-7);
+            }
+        }
+    }
+}
+
+TEST(CpuOps, ElementwiseOpsMatchReference) {
+    // One or two float operations per element, expf within 1 ulp: 1e-6
+    // relative (+1e-7 absolute near zero).
+    const int64_t ne0 = 64, n = 5;
+    ThreadPool pool(2);
+    auto a = random_floats(static_cast<size_t>(ne0 * n), 3, -6, 6);
+    auto b = random_floats(static_cast<size_t>(ne0 * n), 4, -2, 2);
+    TensorView bias{"bias", DType::F32, {ne0, 1, 1, 1}, b.data(), static_cast<size_t>(ne0) * 4};
+    std::vector<float> out(a.size());
+    auto run = [&](Op op, std::vector<const void*> src) {
+        Node node = make_node(op, {ne0, n, 1, 1});
+        if (op == Op::AddBias) node.weights = {&bias};
+        cpu::run_node(node, NodeData{src, out.data(), nullptr, nullptr, {}}, pool);
+    };
+    auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
+    run(Op::Add, {a.data(), b.data()});
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i]);
+    run(Op::Mul, {a.data(), b.data()});
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] * b[i]);
+    run(Op::AddBias, {a.data()});
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i % ne0]);
+    run(Op::Silu, {a.data()});
+    for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(out[i], silu(a[i]), 1e-6 * std::fabs(silu(a[i])) + 1e-7);
+    run(Op::SwiGLU, {a.data(), b.data()});
+    for (size_t i = 0; i < a.size(); ++i) {
+        const double ref = silu(a[i]) * b[i];
+        EXPECT_NEAR(out[i], ref, 1e-6 * std::fabs(ref) + 1e-7);
+    }
+    // in place
+    std::vector<float> c = a;
+    Node s = make_node(Op::Silu, {ne0, n, 1, 1});
+    cpu::run_node(s, NodeData{{c.data()}, c.data(), nullptr, nullptr, {}}, pool);
+    for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(c[i], silu(a[i]), 1e-6 * std::fabs(silu(a[i])) + 1e-7);
+}
+
+TEST(CpuOps, GetRowsDequantizesAndRejectsBadIds) {
+    const int64_t ne0 = 64, n_vocab = 10;
+    ThreadPool pool(2);
+    for (DType t : {DType::Q8_0, DType::F16, DType::Q6_K}) {
+        const int64_t K = t == DType::Q6_K ? 256 : ne0;
+        Weight table = make_weight(t, K, n_vocab, 9);
+        std::vector<int32_t> ids = {3, 0, 9, 3};
+        std::vector<float> out(static_cast<size_t>(K) * ids.size()), ref(static_cast<size_t>(K));
+        Node node = make_node(Op::GetRows, {K, 4, 1, 1});
+        node.weights = {&table.view};
+        cpu::run_node(node, NodeData{{ids.data()}, out.data(), nullptr, nullptr, {}}, pool);
+        for (size_t i = 0; i < ids.size(); ++i) {
+            cpu::dequant_row(t, table.view.row(ids[i]), ref.data(), K);
+            EXPECT_EQ(0, std::memcmp(out.data() + i * K, ref.data(), static_cast<size_t>(K) * 4));
+        }
+        ids[2] = 10;
+        EXPECT_THROW(
+            cpu::run_node(node, NodeData{{ids.data()}, out.data(), nullptr, nullptr, {}}, pool),
+            Error);
+        ids[2] = -1;
+        EXPECT_THROW(
+            cpu::run_node(node, NodeData{{ids.data()}, out.data(), nullptr, nullptr, {}}, pool),
+            Error);
+    }
+}
+
+TEST(CpuOps, SelectRowsCopiesRows) {
+    ThreadPool pool(1);
+    auto src = random_floats(4 * 8, 5);
+    std::vector<int32_t> ids = {7, 2};
+    std::vector<float> out(8);
+    Node node = make_node(Op::SelectRows, {4, 2, 1, 1});
+    cpu::run_node(
+        node,
+        NodeData{
+            {src.data(), ids.data()}, out.data(), nullptr, nullptr, {{4, 8, 1, 1}, {2, 1, 1, 1}}},
+        pool);
+    EXPECT_EQ(0, std::memcmp(out.data(), src.data() + 28, 16));
+    EXPECT_EQ(0, std::memcmp(out.data() + 4, src.data() + 8, 16));
+    ids[0] = 8;
+    EXPECT_THROW(cpu::run_node(node,
+                               NodeData{{src.data(), ids.data()},
+                                        out.data(),
+                                        nullptr,
+                                        nullptr,
+                                        {{4, 8, 1, 1}, {2, 1, 1, 1}}},
+                               pool),
+                 Error);
+}
+
+TEST(CpuOps, RopeMatchesClosedForm) {
+    // theta_i = p * base^(-2i/d). ggml (and we) build theta by repeated float
+    // multiplication: after i steps its relative error is about i * 2^-24
+    // (plus powf's ulp), so |dtheta| <= p * (i + 2) * 2^-23 and the outputs
+    // err by at most (|x0| + |x1|) * |dtheta| + a few ulp of sin/cos.
+    const int64_t hd = 64, heads = 3, n = 4;
+    ThreadPool pool(2);
+    auto x = random_floats(static_cast<size_t>(hd * heads * n), 6);
+    std::vector<int32_t> pos = {0, 1, 17, 300};
+    std::vector<float> y(x.size());
+    Node node = make_node(Op::Rope, {hd * heads, n, 1, 1});
+    node.meta.head_dim = static_cast<int32_t>(hd);
+    node.meta.rope_freq_base = 1000000.0f;
+    cpu::run_node(node, NodeData{{x.data(), pos.data()}, y.data(), nullptr, nullptr, {}}, pool);
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t h = 0; h < heads; ++h)
+            for (int64_t i = 0; i < hd / 2; ++i) {
+                const double theta =
+                    pos[static_cast<size_t>(t)] * std::pow(1000000.0, -2.0 * i / hd);
+                const size_t b = static_cast<size_t>(t * hd * heads + h * hd);
+                const double x0 = x[b + i], x1 = x[b + i + hd / 2];
+                const double tol =
+                    (std::fabs(x0) + std::fabs(x1)) *
+                    (pos[static_cast<size_t>(t)] * (i + 2) * std::ldexp(1.0, -23) + 4e-7);
+                EXPECT_NEAR(y[b + i], x0 * std::cos(theta) - x1 * std::sin(theta), tol);
+                EXPECT_NEAR(y[b + i + hd / 2], x0 * std::sin(theta) + x1 * std::cos(theta), tol);
+            }
+    // in place gives the same bits
+    std::vector<float> z = x;
+    cpu::run_node(node, NodeData{{z.data(), pos.data()}, z.data(), nullptr, nullptr, {}}, pool);
+    EXPECT_EQ(0, std::memcmp(z.data(), y.data(), y.size() * 4));
+}
+
+// ---- KV cache and attention ------------------------------------------------------
+
+namespace {
+struct AttnSetup {
+    int32_t n_head, n_head_kv, hd;
+    int64_t n_ctx = 16;
+    graph::NodeMeta meta() const {
+        graph::NodeMeta m;
+        m.n_head = n_head;
+        m.n_head_kv = n_head_kv;
+        m.head_dim = hd;
+        m.n_ctx = n_ctx;
+        return m;
+    }
+};
+
+void kv_store(const AttnSetup& s, const float* k, const float* v, const int32_t* pos, int64_t n,
+              std::vector<float>& K, std::vector<float>& V, ThreadPool& pool) {
+    const int64_t kv = int64_t{s.n_head_kv} * s.hd;
+    Node node = make_node(Op::KvStore, {kv, s.n_ctx, 1, 1});
+    node.meta = s.meta();
+    NodeData d{
+        {k, v, pos}, K.data(), K.data(), V.data(), {{kv, n, 1, 1}, {kv, n, 1, 1}, {n, 1, 1, 1}}};
+    cpu::run_node(node, d, pool);
+}
+}  // namespace
+
+TEST(CpuAttn, GqaMatchesNaiveSoftmaxAttention) {
+    // Batch at positions 5..8 after 0..4 were stored. Reference: scores,
+    // softmax and the weighted sum in double. Values in [-1, 1], head_dim
+    // 64: each float dot of 64 terms errs by < 64 * 2^-24 * 64 relative to
+    // its magnitude (< 64) -> < 1e-5 in a score, softmax and the sum of <= 9
+    // weighted rows keep that order: 2e-5 absolute.
+    for (AttnSetup s : {AttnSetup{14, 2, 64}, AttnSetup{4, 2, 64}}) {
+        SCOPED_TRACE(s.n_head / s.n_head_kv);
+        const int64_t kv = int64_t{s.n_head_kv} * s.hd, nq = int64_t{s.n_head} * s.hd;
+        std::vector<float> K(static_cast<size_t>(kv * s.n_ctx), 0.0f), V(K.size(), 0.0f);
+        auto k_all = random_floats(static_cast<size_t>(kv * 9), 21);
+        auto v_all = random_floats(static_cast<size_t>(kv * 9), 22);
+        std::vector<int32_t> p0 = {0, 1, 2, 3, 4}, p1 = {5, 6, 7, 8};
+        ThreadPool pool(2);
+        kv_store(s, k_all.data(), v_all.data(), p0.data(), 5, K, V, pool);
+        kv_store(s, k_all.data() + 5 * kv, v_all.data() + 5 * kv, p1.data(), 4, K, V, pool);
+        EXPECT_EQ(0, std::memcmp(K.data(), k_all.data(), k_all.size() * 4));
+        EXPECT_EQ(0, std::memcmp(V.data(), v_all.data(), v_all.size() * 4));
+        for (size_t i = k_all.size(); i < K.size(); ++i) EXPECT_EQ(K[i], 0.0f);  // untouched
+
+        // q rows carry extra columns (the fused q|k|v layout): stride nq + 2kv
+        const int64_t q_stride = nq + 2 * kv;
+        auto q = random_floats(static_cast<size_t>(q_stride * 4), 23);
+        std::vector<float> out(static_cast<size_t>(nq * 4));
+        Node node = make_node(Op::Attn, {nq, 4, 1, 1});
+        node.meta = s.meta();
+        NodeData d{{q.data(), nullptr, p1.data()},
+                   out.data(),
+                   K.data(),
+                   V.data(),
+                   {{q_stride, 4, 1, 1}, {kv, s.n_ctx, 1, 1}, {4, 1, 1, 1}}};
+        cpu::run_node(node, d, pool);
+        std::vector<float> out1(out.size());
+        ThreadPool one(1);
+        d.out = out1.data();
+        cpu::run_node(node, d, one);
+        EXPECT_EQ(0, std::memcmp(out.data(), out1.data(), out.size() * 4));
+
+        const int group = s.n_head / s.n_head_kv;
+        for (int t = 0; t < 4; ++t)
+            for (int h = 0; h < s.n_head; ++h) {
+                const int kvh = h / group;
+                const float* qh = q.data() + t * q_stride + h * s.hd;
+                const int n_kv = p1[static_cast<size_t>(t)] + 1;
+                std::vector<double> sc(static_cast<size_t>(n_kv));
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j < n_kv; ++j) {
+                    double dot = 0;
+                    for (int i = 0; i < s.hd; ++i)
+                        dot += double(qh[i]) * k_all[static_cast<size_t>(j * kv + kvh * s.hd + i)];
+                    sc[static_cast<size_t>(j)] = dot / std::sqrt(double(s.hd));
+                    mx = std::max(mx, sc[static_cast<size_t>(j)]);
+                }
+                for (auto& e : sc) sum += (e = std::exp(e - mx));
+                for (int i = 0; i < s.hd; ++i) {
+                    double ref = 0;
+                    for (int j = 0; j < n_kv; ++j)
+                        ref += sc[static_cast<size_t>(j)] / sum *
+                               v_all[static_cast<size_t>(j * kv + kvh * s.hd + i)];
+                    EXPECT_NEAR(out[static_cast<size_t>(t * nq + h * s.hd + i)], ref, 2e-5);
+                }
+            }
+    }
+}
+
+TEST(CpuAttn, PositionPastContextThrowsAndWritesNothing) {
+    AttnSetup s{4, 2, 8};
+    s.n_ctx = 4;
+    const int64_t kv = int64_t{s.n_head_kv} * s.hd;
+    std::vector<float> K(static_cast<size_t>(kv * s.n_ctx), 0.0f), V(K.size(), 0.0f);
+    auto k = random_floats(static_cast<size_t>(kv * 2), 1);
+    std::vector<int32_t> pos = {3, 4};
+    ThreadPool pool(1);
+    try {
+        kv_store(s, k.data(), k.data(), pos.data(), 2, K, V, pool);
+        FAIL() << "no throw";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("position 4 is past the context size 4"),
+                  std::string::npos)
+            << e.what();
+    }
+    for (float f : K) EXPECT_EQ(f, 0.0f);
+    pos = {-1, 0};
+    EXPECT_THROW(kv_store(s, k.data(), k.data(), pos.data(), 2, K, V, pool), Error);
+}
+
+// ---- fusion -----------------------------------------------------------------------
+
+// FusedQKV + QkvBiasRopeStore must give the same bits as MatMul x3 +
+// AddBias (qwen2) / HeadNorm (qwen3) + Rope + KvStore: the same per-element
+// kernels run in both paths.
+TEST(CpuFusion, FusedQkvEpilogueEqualsUnfusedChainBitForBit) {
+    const int32_t n_head = 4, n_head_kv = 2, hd = 32;
+    const int64_t n_embd = 128, nq = n_head * hd, nkv = n_head_kv * hd, n = 3, n_ctx = 8;
+    auto x = random_floats(static_cast<size_t>(n_embd * n), 31);
+    Weight wq = make_weight(DType::Q8_0, n_embd, nq, 1);
+    Weight wk = make_weight(DType::Q4_0, n_embd, nkv, 2);
+    Weight wv = make_weight(DType::Q5_0, n_embd, nkv, 3);
+    auto b = random_floats(static_cast<size_t>(nq + 2 * nkv), 32);
+    TensorView bq{"bq", DType::F32, {nq, 1, 1, 1}, b.data(), 0};
+    TensorView bk{"bk", DType::F32, {nkv, 1, 1, 1}, b.data() + nq, 0};
+    TensorView bv{"bv", DType::F32, {nkv, 1, 1, 1}, b.data() + nq + nkv, 0};
+    TensorView qn{"q_norm", DType::F32, {hd, 1, 1, 1}, b.data(), 0};
+    TensorView kn{"k_norm", DType::F32, {hd, 1, 1, 1}, b.data() + hd, 0};
+    std::vector<int32_t> pos = {2, 3, 4};
+    graph::NodeMeta meta;
+    meta.n_head = n_head;
+    meta.n_head_kv = n_head_kv;
+    meta.head_dim = hd;
+    meta.n_ctx = n_ctx;
+    meta.eps = 1e-6f;
+    meta.rope_freq_base = 1000000.0f;
+    ThreadPool pool(2);
+    const std::array<int64_t, 4> x_ne{n_embd, n, 1, 1}, pos_ne{n, 1, 1, 1};
+
+    for (bool qwen3 : {false, true}) {
+        SCOPED_TRACE(qwen3 ? "norms" : "biases");
+        // fused
+        std::vector<float> qkv(static_cast<size_t>((nq + 2 * nkv) * n));
+        std::vector<float> Kf(static_cast<size_t>(nkv * n_ctx), 0.0f), Vf(Kf.size(), 0.0f);
+        Node fq = make_node(Op::FusedQKV, {nq + 2 * nkv, n, 1, 1});
+        fq.meta = meta;
+        fq.weights = {&wq.view, &wk.view, &wv.view};
+        cpu::run_node(fq, NodeData{{x.data()}, qkv.data(), nullptr, nullptr, {x_ne}}, pool);
+        Node ep = make_node(Op::QkvBiasRopeStore, {nq + 2 * nkv, n, 1, 1});
+        ep.meta = meta;
+        if (qwen3)
+            ep.weights = {&qn, &kn};
+        else
+            ep.weights = {&bq, &bk, &bv};
+        cpu::run_node(ep,
+                      NodeData{{qkv.data(), pos.data()},
+                               qkv.data(),
+                               Kf.data(),
+                               Vf.data(),
+                               {{nq + 2 * nkv, n, 1, 1}, pos_ne}},
+                      pool);
+        // unfused
+        std::vector<float> Ku(Kf.size(), 0.0f), Vu(Kf.size(), 0.0f);
+        auto mm = [&](const Weight& w, int64_t M) {
+            std::vector<float> o(static_cast<size_t>(M * n));
+            Node node = make_node(Op::MatMul, {M, n, 1, 1});
+            node.weights = {&w.view};
+            cpu::run_node(node, NodeData{{x.data()}, o.data(), nullptr, nullptr, {x_ne}}, pool);
+            return o;
+        };
+        auto post = [&](std::vector<float>& v, int64_t M, const TensorView* bias,
+                        const TensorView* norm, bool rope) {
+            Node node = make_node(Op::AddBias, {M, n, 1, 1});
+            node.meta = meta;
+            if (bias) {
+                node.weights = {bias};
+                cpu::run_node(node, NodeData{{v.data()}, v.data(), nullptr, nullptr, {}}, pool);
+            }
+            if (norm) {
+                node.op = Op::HeadNorm;
+                node.weights = {norm};
+                cpu::run_node(node, NodeData{{v.data()}, v.data(), nullptr, nullptr, {}}, pool);
+            }
+            if (rope) {
+                node.op = Op::Rope;
+                node.weights = {};
+                cpu::run_node(
+                    node, NodeData{{v.data(), pos.data()}, v.data(), nullptr, nullptr, {}}, pool);
+            }
+        };
+        auto q = mm(wq, nq), k = mm(wk, nkv), v = mm(wv, nkv);
+        post(q, nq, qwen3 ? nullptr : &bq, qwen3 ? &qn : nullptr, true);
+        post(k, nkv, qwen3 ? nullptr : &bk, qwen3 ? &kn : nullptr, true);
+        post(v, nkv, qwen3 ? nullptr : &bv, nullptr, false);
+        Node st = make_node(Op::KvStore, {nkv, n_ctx, 1, 1});
+        st.meta = meta;
+        cpu::run_node(st,
+                      NodeData{{k.data(), v.data(), pos.data()},
+                               Ku.data(),
+                               Ku.data(),
+                               Vu.data(),
+                               {{nkv, n, 1, 1}, {nkv, n, 1, 1}, pos_ne}},
+                      pool);
+        for (int64_t t = 0; t < n; ++t) {
+            EXPECT_EQ(0, std::memcmp(qkv.data() + t * (nq + 2 * nkv), q.data() + t * nq,
+                                     static_cast<size_t>(nq) * 4));
+        }
+        EXPECT_EQ(0, std::memcmp(Kf.data(), Ku.data(), Kf.size() * 4));
+        EXPECT_EQ(0, std::memcmp(Vf.data(), Vu.data(), Vf.size() * 4));
+        bool any = false;
+        for (float f : Kf) any |= f != 0.0f;
+        EXPECT_TRUE(any);
+    }
+}
