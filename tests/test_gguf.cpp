@@ -550,3 +550,91 @@ TEST(GgufShared, OpensEachModel) {
     }
     if (opened == 0) GTEST_SKIP() << "no models in " MINFER_SHARED_DIR "/models";
 }
+
+// ---- minfer info -----------------------------------------------------------
+
+namespace {
+
+struct RunResult {
+    int status = -1;
+    std::string out;
+};
+
+RunResult run(const std::string& args) {
+    RunResult r;
+    const std::string cmd = std::string(MINFER_BINARY) + " " + args + " 2>/dev/null";
+    std::FILE* p = ::popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    const int st = ::pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return r;
+}
+
+}  // namespace
+
+TEST(GgufInfoCli, DescribesAWrittenModel) {
+    Writer w = small_writer();
+    w.set_u32("qwen2.embedding_length", 32);
+    w.set_u32("general.file_type", 7);
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    const std::string path = tmp_path("info.gguf");
+    w.write(path);
+
+    RunResult r = run("info " + path);
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_HAS(r.out, "architecture:   qwen2");
+    EXPECT_HAS(r.out, "file type:      MOSTLY_Q8_0 (7)");
+    EXPECT_HAS(r.out, "qwen2.block_count       2");
+    EXPECT_HAS(r.out, "qwen2.rope.freq_base    10000.0");
+    EXPECT_HAS(r.out, "bos id         1 'bc'");
+    EXPECT_HAS(r.out, "token types    CONTROL 1, NORMAL 2");  // types 1, 1, 3; by name
+    // 64 + 8 parameters in 68 + 32 bytes: 800 / 72 bits per weight.
+    EXPECT_HAS(r.out, "parameters     72 ");
+    EXPECT_HAS(r.out, "bits/weight    11.11");
+    EXPECT_HAS(r.out, "tensors: 2 (f32 1, q8_0 1)");
+    EXPECT_HAS(r.out, "q8    q8_0    [32, 2]");
+
+    RunResult j = run("info -m " + path + " --json");
+    ASSERT_EQ(j.status, 0);
+    const auto doc = nlohmann::json::parse(j.out);
+    EXPECT_EQ(doc["n_tensors"], 2);
+    EXPECT_EQ(doc["tensors"].size(), 2u);
+    EXPECT_EQ(doc["tensors"][0]["name"], "q8");
+    EXPECT_EQ(doc["tensors"][0]["bytes"], 68);
+    EXPECT_EQ(doc["hparams"]["qwen2.block_count"], 2);
+    EXPECT_EQ(doc["tokenizer"]["n_tokens"], 3);
+    EXPECT_EQ(doc["tokenizer"]["bos"]["text"], "bc");
+    EXPECT_EQ(doc["file_type"]["name"], "MOSTLY_Q8_0");
+    EXPECT_EQ(doc["tensor_types"]["q8_0"], 1);
+
+    RunResult nt = run("info --no-tensors --json " + path);
+    ASSERT_EQ(nt.status, 0);
+    EXPECT_FALSE(nlohmann::json::parse(nt.out).contains("tensors"));
+    std::remove(path.c_str());
+}
+
+TEST(GgufInfoCli, BadFileExitsWithOne) {
+    const std::string path = tmp_path("bad.gguf");
+    auto bytes = small_writer().to_bytes();
+    bytes.resize(bytes.size() - 1);
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+    const std::string cmd = std::string(MINFER_BINARY) + " info " + path + " 2>&1";
+    RunResult r;
+    std::FILE* p = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+    const int st = ::pclose(p);
+    EXPECT_EQ(WEXITSTATUS(st), 1);
+    EXPECT_HAS(r.out, "minfer: error: gguf: '" + path + "': tensor 'f32'");
+    EXPECT_EQ(run("info").status, 2);  // usage error: no model
+    std::remove(path.c_str());
+}

@@ -427,10 +427,12 @@ void File::parse_all() {
     // 1 (value); a tensor info is 8 (name length) + 4 + 8 (one dim) + 4 + 8.
     if (n_kv > c.remaining() / 13)
         c.fail("header claims " + std::to_string(n_kv) + " metadata entries, more than the " +
-               std::to_string(c.remaining()) + " bytes left in the file can hold");
+               std::to_string(c.remaining()) +
+               " bytes left in the file can hold (is it truncated?)");
     if (n_tensors > c.remaining() / 32)
         c.fail("header claims " + std::to_string(n_tensors) + " tensors, more than the " +
-               std::to_string(c.remaining()) + " bytes left in the file can hold");
+               std::to_string(c.remaining()) +
+               " bytes left in the file can hold (is it truncated?)");
 
     kv_.reserve(static_cast<size_t>(n_kv));
     for (uint64_t i = 0; i < n_kv; ++i) {
