@@ -40,4 +40,3 @@ BENCHMARK(BM_TokenizeQwenSeedX60)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 }  // namespace
 
-BENCHMARK_MAIN();
