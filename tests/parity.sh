@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Parity with llama.cpp on the shared reference files (../shared/ref), when
+# they are present: logits of every shared model, whole prompt in one pass
+# and in passes of 64 tokens, checked by compare_logits.py at its default
+# bounds; and perplexity of the tiny KJV models within 0.5% of llama.cpp's.
+set -euo pipefail
+minfer="$1"
+shared="$2"
+what="${3:-logits}"
+py=/usr/bin/python3
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+status=0
+case "$what" in
+logits)
+  for ref in "$shared"/ref/*/; do
+    m=$(basename "$ref")
+    [ -f "$shared/models/$m.gguf" ] || continue
+    for b in 0 64; do
+      "$minfer" logits -m "$shared/models/$m.gguf" --tokens "$ref/tokens.json" --out "$out/$m-$b" -b "$b" 2>/dev/null
+      printf '%-20s -b %-3s ' "$m" "$b"
+      $py "$shared/tools/compare_logits.py" "$ref" "$out/$m-$b" || status=1
+    done
+  done
+  ;;
+perplexity)
+  for q in q8_0 f16 f32; do
+    want=$(sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' "$shared/ref/kjv-tiny-$q/perplexity.txt")
+    got=$("$minfer" perplexity -m "$shared/models/kjv-tiny-$q.gguf" -f "$shared/models/kjv-heldout.txt" -c 256 2>/dev/null |
+          sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
+    if $py -c "import sys; g,w=float('$got'),float('$want'); sys.exit(0 if abs(g-w)/w <= 0.005 else 1)"; then
+      echo "kjv-tiny-$q perplexity $got (llama.cpp $want) PASS"
+    else
+      echo "kjv-tiny-$q perplexity $got (llama.cpp $want) FAIL"; status=1
+    fi
+  done
+  ;;
+esac
+exit $status
