@@ -546,11 +546,11 @@ TEST(GgufShared, OpensEachModel) {
         DType embd_type;
     };
     const Known models[] = {
-        {"kjv-tiny-f32.gguf", nullptr, DType::F32},
-        {"kjv-tiny-f16.gguf", nullptr, DType::F16},
-        {"kjv-tiny-q8_0.gguf", nullptr, DType::Q8_0},
+        {"kjv-tiny-f32.gguf", "qwen2", DType::F32},
+        {"kjv-tiny-f16.gguf", "qwen2", DType::F16},
+        {"kjv-tiny-q8_0.gguf", "qwen2", DType::Q8_0},
         {"qwen2-mini-q8_0.gguf", "qwen2", DType::Q8_0},
-        {"qwen3-mini-q4_k_m.gguf", "qwen3", DType::Q4_K},
+        {"qwen3-mini-q4_k_m.gguf", "qwen3", DType::Q6_K}  // Q4_K_M keeps embd at q6_K,
     };
     int opened = 0;
     for (const auto& m : models) {
@@ -573,7 +573,10 @@ TEST(GgufShared, OpensEachModel) {
         auto tokens = f.get_string_array("tokenizer.ggml.tokens");
         ASSERT_NE(tokens, nullptr);
         EXPECT_EQ(e->ne[1], static_cast<int64_t>(tokens->size()));
-        (void)m.embd_type;
+        EXPECT_EQ(e->type, m.embd_type);
+        EXPECT_EQ(e->nbytes, tensor::row_size(e->type, e->ne[0]) * static_cast<size_t>(e->ne[1]));
+        EXPECT_GT(f.get_int(*arch + ".block_count").value_or(0), 0);
+        EXPECT_EQ(f.version(), 3u);
     }
     if (opened == 0) GTEST_SKIP() << "no models in " MINFER_SHARED_DIR "/models";
 }
