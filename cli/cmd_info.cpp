@@ -164,6 +164,7 @@ json collect(const gguf::File& f, bool with_tensors) {
         return v;
     };
 
+    take("general.alignment");  // shown on the file line
     const std::string arch = f.get_string("general.architecture").value_or("");
     take("general.architecture");
     j["architecture"] = arch.empty() ? json(nullptr) : json(arch);
@@ -264,12 +265,10 @@ json collect(const gguf::File& f, bool with_tensors) {
 }
 
 void print_text(const gguf::File& f, const json& j, bool with_tensors) {
-    const json& file = j["file"];
     std::printf("file:           %s\n", f.path().c_str());
     std::printf("format:         GGUF v%u, %s (%" PRIu64 " bytes), alignment %zu, data at %zu\n",
                 f.version(), mib(f.file_size()).c_str(), static_cast<uint64_t>(f.file_size()),
                 f.alignment(), f.data_offset());
-    (void)file;
     std::printf("architecture:   %s\n", j["architecture"].is_null()
                                             ? "(none)"
                                             : j["architecture"].get<std::string>().c_str());

@@ -112,12 +112,19 @@ class Cursor {
         return v;
     }
 
-    std::string read_string(const std::string& what) {
+    // `index` >= 0 labels an array element; the label is only built on failure,
+    // because token arrays hold ~150k strings.
+    std::string read_string(const std::string& what, int64_t index = -1) {
+        auto label = [&] { return index < 0 ? what : what + "[" + std::to_string(index) + "]"; };
         const size_t at = pos_;
-        const uint64_t len = read<uint64_t>(what + " length");
+        if (remaining() < sizeof(uint64_t)) need(sizeof(uint64_t), label() + " length");
+        uint64_t len;
+        std::memcpy(&len, data_ + pos_, sizeof len);
+        pos_ += sizeof len;
         if (len > remaining())
-            fail(what + " at offset " + std::to_string(at) + " has length " + std::to_string(len) +
-                 ", more than the " + std::to_string(remaining()) + " bytes left in the file");
+            fail(label() + " at offset " + std::to_string(at) + " has length " +
+                 std::to_string(len) + ", more than the " + std::to_string(remaining()) +
+                 " bytes left in the file");
         std::string s(reinterpret_cast<const char*>(data_ + pos_), static_cast<size_t>(len));
         pos_ += static_cast<size_t>(len);
         return s;
@@ -208,7 +215,7 @@ Value read_array(Cursor& c, const std::string& what, int depth) {
     if (v.elem_type == ValueType::STRING) {
         v.arr_str.reserve(count);
         for (size_t i = 0; i < count; ++i)
-            v.arr_str.push_back(c.read_string(what + "[" + std::to_string(i) + "]"));
+            v.arr_str.push_back(c.read_string(what, static_cast<int64_t>(i)));
     } else if (v.elem_type == ValueType::ARRAY) {
         v.arr_nested.reserve(count);
         for (size_t i = 0; i < count; ++i)
