@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+
+#include "cli_runner.h"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -585,23 +587,8 @@ TEST(GgufShared, OpensEachModel) {
 
 namespace {
 
-struct RunResult {
-    int status = -1;
-    std::string out;
-};
-
-RunResult run(const std::string& args) {
-    RunResult r;
-    const std::string cmd = std::string(MINFER_BINARY) + " " + args + " 2>/dev/null";
-    std::FILE* p = ::popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    const int st = ::pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
-}
+using minfer::testing::CliResult;
+using minfer::testing::run_cli;
 
 }  // namespace
 
@@ -614,8 +601,8 @@ TEST(GgufInfoCli, DescribesAWrittenModel) {
     const std::string path = tmp_path("info.gguf");
     w.write(path);
 
-    RunResult r = run("info " + path);
-    ASSERT_EQ(r.status, 0) << r.out;
+    CliResult r = run_cli("info " + path);
+    ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_HAS(r.out, "architecture:   qwen2");
     EXPECT_HAS(r.out, "file type:      MOSTLY_Q8_0 (7)");
     EXPECT_HAS(r.out, "qwen2.block_count       2");
@@ -628,8 +615,8 @@ TEST(GgufInfoCli, DescribesAWrittenModel) {
     EXPECT_HAS(r.out, "tensors: 2 (f32 1, q8_0 1)");
     EXPECT_HAS(r.out, "q8    q8_0    [32, 2]");
 
-    RunResult j = run("info -m " + path + " --json");
-    ASSERT_EQ(j.status, 0);
+    CliResult j = run_cli("info -m " + path + " --json");
+    ASSERT_EQ(j.code, 0);
     const auto doc = nlohmann::json::parse(j.out);
     EXPECT_EQ(doc["n_tensors"], 2);
     EXPECT_EQ(doc["tensors"].size(), 2u);
@@ -641,8 +628,8 @@ TEST(GgufInfoCli, DescribesAWrittenModel) {
     EXPECT_EQ(doc["file_type"]["name"], "MOSTLY_Q8_0");
     EXPECT_EQ(doc["tensor_types"]["q8_0"], 1);
 
-    RunResult nt = run("info --no-tensors --json " + path);
-    ASSERT_EQ(nt.status, 0);
+    CliResult nt = run_cli("info --no-tensors --json " + path);
+    ASSERT_EQ(nt.code, 0);
     EXPECT_FALSE(nlohmann::json::parse(nt.out).contains("tensors"));
     std::remove(path.c_str());
 }
@@ -655,16 +642,9 @@ TEST(GgufInfoCli, BadFileExitsWithOne) {
     ASSERT_NE(f, nullptr);
     std::fwrite(bytes.data(), 1, bytes.size(), f);
     std::fclose(f);
-    const std::string cmd = std::string(MINFER_BINARY) + " info " + path + " 2>&1";
-    RunResult r;
-    std::FILE* p = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-    const int st = ::pclose(p);
-    EXPECT_EQ(WEXITSTATUS(st), 1);
-    EXPECT_HAS(r.out, "minfer: error: gguf: '" + path + "': tensor 'f32'");
-    EXPECT_EQ(run("info").status, 2);  // usage error: no model
+    CliResult r = run_cli("info " + path);
+    EXPECT_EQ(r.code, 1);
+    EXPECT_HAS(r.err, "minfer: error: gguf: '" + path + "': tensor 'f32'");
+    EXPECT_EQ(run_cli("info").code, 2);  // usage error: no model
     std::remove(path.c_str());
 }

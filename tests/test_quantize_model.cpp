@@ -2,6 +2,8 @@
 // data against llama.cpp's measured figures, and the per-tensor type rules on
 // a tiny model written with the project's own GGUF writer.
 #include <gtest/gtest.h>
+
+#include "cli_runner.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -226,18 +228,12 @@ TEST(QuantizeModel, Errors) {
 TEST(QuantizeModel, CliHelpAndErrors) {
     const std::string bin = MINFER_BINARY;
     if (!std::filesystem::exists(bin)) GTEST_SKIP() << "no binary at " << bin;
-    auto run = [](const std::string& cmd, std::string* out) {
-        FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-        char buf[4096];
-        size_t n;
-        out->clear();
-        while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-        return pclose(p);
-    };
-    std::string out;
-    EXPECT_EQ(run(bin + " quantize --help", &out), 0);
-    EXPECT_NE(out.find("Q4_K_M"), std::string::npos) << out;
-    EXPECT_NE(out.find("IQ4_XS"), std::string::npos) << out;
-    EXPECT_NE(run(bin + " quantize /nonexistent.gguf /tmp/x.gguf Q8_0", &out), 0);
+    auto r = minfer::testing::run_cli("quantize --help");
+    EXPECT_EQ(r.code, 0);
+    EXPECT_NE(r.out.find("Q4_K_M"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("IQ4_XS"), std::string::npos) << r.out;
+    r = minfer::testing::run_cli("quantize /nonexistent.gguf /tmp/x.gguf Q8_0");
+    EXPECT_NE(r.code, 0);
+    const std::string out = r.err;
     EXPECT_NE(out.find("not found"), std::string::npos) << out;
 }
