@@ -77,8 +77,14 @@ int main(int argc, char** argv) {
     try {
         return run(argc, argv, first);
     } catch (const minfer::UsageError& e) {
-        std::fprintf(stderr, "minfer: error: %s\n(see 'minfer %s--help')\n", e.what(),
-                     first == 2 ? (std::string(argv[1]) + " ").c_str() : "");
+        // One line naming what is wrong, then the usage line and where the
+        // full option list is.
+        if (first == 2)
+            std::fprintf(stderr, "minfer: error: %s\nusage: minfer %s [options]  (minfer %s --help lists them)\n",
+                         e.what(), argv[1], argv[1]);
+        else
+            std::fprintf(stderr, "minfer: error: %s\nusage: minfer [-m MODEL] -p PROMPT [options]  (minfer --help-generate lists them)\n",
+                         e.what());
         return 2;
     } catch (const minfer::Error& e) {
         std::fprintf(stderr, "minfer: error: %s\n", e.what());
