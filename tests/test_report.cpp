@@ -219,12 +219,12 @@ TEST(Report, arena_keeps_kv_regions_outside) {
     ASSERT_EQ(f.alloc.plan_buffers().size(), 1u);
     EXPECT_FALSE(f.alloc.plan_buffers()[0].same_buffer(kv.k));
     EXPECT_FALSE(f.alloc.plan_buffers()[0].same_buffer(kv.v));
-    // The KV regions are not activations. Live: positions [0,5], q [1,4],
-    // k [2,3], v [3,3], attn [4,5]: t=3 holds positions + q + k + v, t=4
-    // positions + q + attn — both 8 + 1024 + 1024 bytes.
+    // The KV regions are not activations. Live: positions [0,6], q [1,5],
+    // k [2,4], v [3,4], (store 4: the K region), attn [5,6]: t=3 and t=4
+    // hold positions + q + k + v, t=5 positions + q + attn — all 2056 bytes.
     EXPECT_EQ(report::lower_bound_bytes(g, f.alloc), 8u + 1024 + 512 + 512);
     EXPECT_EQ(report::live_bytes_curve(g, f.alloc),
-              (std::vector<size_t>{8, 1032, 1544, 2056, 2056}));
+              (std::vector<size_t>{8, 1032, 1544, 2056, 2056, 2056}));
     check_allocation(g, f.alloc);
 }
 
