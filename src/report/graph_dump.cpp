@@ -41,6 +41,16 @@ ValueStats stats_of(const T* x, size_t n) {
     return s;
 }
 
+// Built with appends: GCC 12's -Wrestrict misfires on chains of operator+.
+std::string buffer_name(const char* kind, const std::string& backend, uint32_t id) {
+    std::string s(kind);
+    s += ' ';
+    s += backend;
+    s += '#';
+    s += std::to_string(id);
+    return s;
+}
+
 bool touches_kv(Op op) {
     return op == Op::KvStore || op == Op::Attn || op == Op::FusedQKV || op == Op::QkvBiasRopeStore;
 }
@@ -85,8 +95,7 @@ nlohmann::json graph_record(const Graph& g, const GraphAllocator& alloc, const s
                            {"id", ref.id},
                            {"bytes", ref.len},
                            {"kind", own_kind},
-                           {"name", std::string(own_kind) + " " + backends[ref.backend].get<std::string>() +
-                                        "#" + std::to_string(ref.id)}});
+                           {"name", buffer_name(own_kind, backends[ref.backend].get<std::string>(), ref.id)}});
     std::map<std::pair<int32_t, uint32_t>, std::string> kv_names;
     for (const auto& pb : alloc.persistent()) {
         kv_names[{pb.ref.backend, pb.ref.id}] = pb.name;
@@ -165,18 +174,19 @@ void print_graph_record(const nlohmann::json& r, std::FILE* out) {
     const auto& backends = r["backends"];
     for (const auto& nd : r["nodes"]) {
         const auto& sh = nd["shape"];
-        std::string shape = "[" + std::to_string(sh[0].get<int64_t>()) + "," +
-                            std::to_string(sh[1].get<int64_t>()) + "]";
-        std::string buf = "-";
+        char shape[48];
+        std::snprintf(shape, sizeof shape, "[%lld,%lld]", static_cast<long long>(sh[0].get<int64_t>()),
+                      static_cast<long long>(sh[1].get<int64_t>()));
+        char buf[96] = "-";
         if (!nd["buffer"].is_null()) {
             const auto& b = nd["buffer"];
-            buf = backends[b["backend"].get<size_t>()].get<std::string>() + "#" +
-                  std::to_string(b["id"].get<uint32_t>()) + " +" +
-                  std::to_string(b["offset"].get<size_t>()) + " " +
-                  std::to_string(b["len"].get<size_t>());
+            std::snprintf(buf, sizeof buf, "%s#%u +%zu %zu",
+                          backends[b["backend"].get<size_t>()].get<std::string>().c_str(),
+                          b["id"].get<uint32_t>(), b["offset"].get<size_t>(), b["len"].get<size_t>());
         }
-        const size_t first = nd["live"][0], lastp = nd["live"][1];
-        std::string live = "[" + std::to_string(first) + "," + std::to_string(lastp) + "]";
+        char live[48];
+        std::snprintf(live, sizeof live, "[%zu,%zu]", nd["live"][0].get<size_t>(),
+                      nd["live"][1].get<size_t>());
         std::string flags;
         if (nd["input"].get<bool>()) flags += "input ";
         if (nd["output"].get<bool>()) flags += "output ";
@@ -186,9 +196,8 @@ void print_graph_record(const nlohmann::json& r, std::FILE* out) {
         if (!nd["buffer"].is_null() && nd["buffer"]["kv"].get<bool>()) flags += "kv-region ";
         std::fprintf(out, "  %4d %-22s %-18s %-16s %-6s %-28s %-12s %s\n", nd["id"].get<int>(),
                      nd["name"].get<std::string>().c_str(), nd["op"].get<std::string>().c_str(),
-                     shape.c_str(),
-                     backends[nd["backend"].get<size_t>()].get<std::string>().c_str(), buf.c_str(),
-                     live.c_str(), flags.c_str());
+                     shape, backends[nd["backend"].get<size_t>()].get<std::string>().c_str(), buf,
+                     live, flags.c_str());
     }
 }
 
