@@ -39,25 +39,32 @@ int cmd_viz(int argc, char** argv, int first) {
     bool no_values = false;
     EngineFlags eng;
     eng.ctx_size = 0;
-    ArgParser p("minfer viz",
-                "Runs a prompt and a few greedy decode steps, then writes ONE self-contained HTML\n"
-                "page (no network; open it from file://) showing every graph built: the nodes in\n"
-                "build order, the buffer timeline, the arena layout, the memory curve with the\n"
-                "lower bound and the pool, and each node's value statistics. With --trace it draws\n"
-                "a trace written earlier by MINFER_TRACE=FILE instead of running a model.");
+    ArgParser p(
+        "minfer viz",
+        "Runs a prompt and a few greedy decode steps, then writes ONE self-contained HTML\n"
+        "page (no network; open it from file://) showing every graph built: the nodes in\n"
+        "build order, the buffer timeline, the arena layout, the memory curve with the\n"
+        "lower bound and the pool, and each node's value statistics. With --trace it draws\n"
+        "a trace written earlier by MINFER_TRACE=FILE instead of running a model.");
     p.option({"-m", "--model"}, &model_path, "FILE", "GGUF model");
     p.option({"-p", "--prompt"}, &prompt, "TEXT", "prompt");
     p.option({"-f", "--file"}, &prompt_file, "FILE", "read the prompt from a file");
-    p.option({"-n", "--n-decode"}, &n_decode, "N", "greedy decode steps after the prompt (0 = prefill only)");
+    p.option({"-n", "--n-decode"}, &n_decode, "N",
+             "greedy decode steps after the prompt (0 = prefill only)");
     p.option({"-o", "--output"}, &out_path, "FILE", "the HTML page to write (required)");
-    p.option({"--trace"}, &trace_path, "FILE", "draw this MINFER_TRACE file instead of running a model");
-    p.option({"--save-trace"}, &save_trace, "FILE", "also write the run's trace document (JSON) to FILE");
-    p.flag({"--no-values"}, &no_values, "skip the per-node value statistics (no sync after every node)");
+    p.option({"--trace"}, &trace_path, "FILE",
+             "draw this MINFER_TRACE file instead of running a model");
+    p.option({"--save-trace"}, &save_trace, "FILE",
+             "also write the run's trace document (JSON) to FILE");
+    p.flag({"--no-values"}, &no_values,
+           "skip the per-node value statistics (no sync after every node)");
     eng.add_to(p);
-    p.epilog("-c 0 sizes the context to the prompt plus the decode steps.\n"
-             "Examples:\n"
-             "  minfer viz -m model.gguf -p \"Hello\" -o page.html\n"
-             "  MINFER_TRACE=t.json minfer -p \"And God said\" -n 4 && minfer viz --trace t.json -o page.html");
+    p.epilog(
+        "-c 0 sizes the context to the prompt plus the decode steps.\n"
+        "Examples:\n"
+        "  minfer viz -m model.gguf -p \"Hello\" -o page.html\n"
+        "  MINFER_TRACE=t.json minfer -p \"And God said\" -n 4 && minfer viz --trace t.json -o "
+        "page.html");
     if (!p.parse(argc, argv, first)) return 0;
     if (out_path.empty()) throw UsageError("-o FILE is required");
     if (n_decode < 0) throw UsageError("-n must be >= 0");

@@ -159,8 +159,10 @@ TEST(Report, lower_bound_counts_an_alias_once) {
                   (std::vector<size_t>{1024, 2048, 2048, 3072, 4096}));
         EXPECT_EQ(report::lower_bound_bytes(g, f.alloc), 4096u);
         // In place = the same bytes: same buffer, same offset.
-        EXPECT_TRUE(f.alloc.node_buffer(g.find("s"))->same_buffer(*f.alloc.node_buffer(g.find("a"))));
-        EXPECT_EQ(f.alloc.node_buffer(g.find("s"))->offset, f.alloc.node_buffer(g.find("a"))->offset);
+        EXPECT_TRUE(
+            f.alloc.node_buffer(g.find("s"))->same_buffer(*f.alloc.node_buffer(g.find("a"))));
+        EXPECT_EQ(f.alloc.node_buffer(g.find("s"))->offset,
+                  f.alloc.node_buffer(g.find("a"))->offset);
         check_allocation(g, f.alloc);
     }
 }
@@ -246,7 +248,8 @@ TEST(Report, pool_never_below_the_bound_on_random_dags) {
                 const Op op = ops[rng() % 5];
                 const size_t n = g.size();
                 auto pick = [&] {
-                    const size_t back = (rng() % 4 == 0) ? rng() % n : rng() % std::min<size_t>(n, 3);
+                    const size_t back =
+                        (rng() % 4 == 0) ? rng() % n : rng() % std::min<size_t>(n, 3);
                     return static_cast<NodeId>(n - 1 - back);
                 };
                 std::vector<NodeId> src{pick()};
@@ -271,7 +274,7 @@ TEST(Report, pool_never_below_the_bound_on_random_dags) {
 TEST(Report, arena_class_rounding) {
     EXPECT_EQ(arena_class(1), 64u);
     EXPECT_EQ(arena_class(64), 64u);
-    EXPECT_EQ(arena_class(1000), 1024u);         // p = 512, step 64
+    EXPECT_EQ(arena_class(1000), 1024u);            // p = 512, step 64
     EXPECT_EQ(arena_class(17 * 1024), 17 * 1024u);  // p = 16K, step 1K
     EXPECT_EQ(arena_class(17 * 1024 + 1), 18 * 1024u);
     EXPECT_EQ(arena_class(31723524), 31u << 20);  // qwen2.5-0.5b prefill bound: step 1 MiB
@@ -300,7 +303,8 @@ void run_generation(runtime::Session& s, int steps) {
     std::vector<int32_t> prompt{104, 101, 108, 108, 111};
     std::vector<float> logits = s.eval(prompt);
     for (int i = 0; i < steps; ++i) {
-        int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        int32_t next =
+            static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
         logits = s.eval(std::span<const int32_t>(&next, 1));
     }
 }
@@ -342,9 +346,9 @@ TEST(Report, real_generation_allocates_nothing_after_the_first_decode) {
 
         const nlohmann::json j = report::to_json(r);
         ASSERT_TRUE(j.contains("graphs") && j.contains("run"));
-        for (const char* k : {"kind", "n_tokens", "n_nodes", "n_buffers", "pool_bytes", "naive_bytes",
-                              "lower_bound_bytes", "dead_nodes", "aliased_nodes", "staging_buffers",
-                              "pool_over_lower_bound", "buffers_per_backend"})
+        for (const char* k : {"kind", "n_tokens", "n_nodes", "n_buffers", "pool_bytes",
+                              "naive_bytes", "lower_bound_bytes", "dead_nodes", "aliased_nodes",
+                              "staging_buffers", "pool_over_lower_bound", "buffers_per_backend"})
             EXPECT_TRUE(j["graphs"][0].contains(k)) << k;
         for (const char* k : {"decode_steps", "rebuilds_after_first_decode",
                               "allocations_after_first_decode", "kv_bytes", "weight_bytes"})
@@ -425,7 +429,8 @@ TEST(Report, state_dump_writes_logits_and_kv_regions) {
     EXPECT_EQ(std::filesystem::file_size(dir / "kv.0.k.f32"), 32u * 16 * 4);
     // The first two rows were written by the prompt; the rest still zero.
     std::vector<float> k(32 * 16);
-    std::ifstream(dir / "kv.0.k.f32", std::ios::binary).read(reinterpret_cast<char*>(k.data()), k.size() * 4);
+    std::ifstream(dir / "kv.0.k.f32", std::ios::binary)
+        .read(reinterpret_cast<char*>(k.data()), k.size() * 4);
     float row0 = 0, row5 = 0;
     for (int i = 0; i < 32; ++i) row0 += std::abs(k[i]), row5 += std::abs(k[5 * 32 + i]);
     EXPECT_GT(row0, 0.0f);

@@ -6,9 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "report/viz.h"
 #include "tiny_model.h"
@@ -27,17 +26,35 @@ std::string slurp(const fs::path& p) {
 }
 
 nlohmann::json minimal_doc(const std::string& name) {
-    nlohmann::json node = {{"id", 0},          {"name", name},      {"op", "Input"},
-                           {"type", "i32"},    {"shape", {1, 1, 1, 1}}, {"backend", 0},
-                           {"layer", -1},      {"src", nlohmann::json::array()},
-                           {"live", {0, 1}},   {"aliased", false},  {"dead", false},
-                           {"fused", false},   {"input", true},     {"output", true},
-                           {"kv", false},      {"buffer", nullptr}};
-    nlohmann::json g = {{"kind", "prefill"}, {"n_tokens", 1},     {"planner", "arena"},
-                        {"n_nodes", 1},      {"backends", {"cpu"}}, {"nodes", {node}},
-                        {"buffers", nlohmann::json::array()},   {"curve", {4}},
-                        {"lower_bound_bytes", 4}, {"pool_bytes", 64}, {"naive_bytes", 4}};
-    return {{"graphs", {g}}, {"report", {{"graphs", nlohmann::json::array()}, {"run", nlohmann::json::object()}}}};
+    nlohmann::json node = {{"id", 0},
+                           {"name", name},
+                           {"op", "Input"},
+                           {"type", "i32"},
+                           {"shape", {1, 1, 1, 1}},
+                           {"backend", 0},
+                           {"layer", -1},
+                           {"src", nlohmann::json::array()},
+                           {"live", {0, 1}},
+                           {"aliased", false},
+                           {"dead", false},
+                           {"fused", false},
+                           {"input", true},
+                           {"output", true},
+                           {"kv", false},
+                           {"buffer", nullptr}};
+    nlohmann::json g = {{"kind", "prefill"},
+                        {"n_tokens", 1},
+                        {"planner", "arena"},
+                        {"n_nodes", 1},
+                        {"backends", {"cpu"}},
+                        {"nodes", {node}},
+                        {"buffers", nlohmann::json::array()},
+                        {"curve", {4}},
+                        {"lower_bound_bytes", 4},
+                        {"pool_bytes", 64},
+                        {"naive_bytes", 4}};
+    return {{"graphs", {g}},
+            {"report", {{"graphs", nlohmann::json::array()}, {"run", nlohmann::json::object()}}}};
 }
 
 // A tiny qwen2 GGUF in a temp folder, for the CLI.
@@ -75,7 +92,9 @@ TEST(Viz, a_name_cannot_close_the_data_script) {
     const std::string page = report::render_viz_page(minimal_doc("x</script><b>"));
     // Exactly the template's own two </script> tags remain.
     size_t n = 0;
-    for (size_t at = page.find("</script>"); at != std::string::npos; at = page.find("</script>", at + 1)) ++n;
+    for (size_t at = page.find("</script>"); at != std::string::npos;
+         at = page.find("</script>", at + 1))
+        ++n;
     EXPECT_EQ(n, 2u);
     EXPECT_NE(page.find("x<\\/script><b>"), std::string::npos);
 }
@@ -91,12 +110,14 @@ TEST(Viz, refuses_a_document_without_graphs) {
 TEST(Viz, cli_flags_end_to_end_on_a_tiny_model) {
     TempModel m;
     const std::string bin = MINFER_BINARY;
-    const fs::path mem = m.dir / "mem.json", dump = m.dir / "graphs.json", trace = m.dir / "trace.json",
-                   page = m.dir / "page.html", page2 = m.dir / "page2.html", state = m.dir / "state";
-    ASSERT_EQ(run("MINFER_TRACE=" + trace.string() + " MINFER_GRAPH_DUMP=" + state.string() + " " + bin +
-                  " -m " + m.path.string() + " -p 'the the' -n 4 --temp 0 -t 1 -c 64 --mem-report" +
-                  " --mem-report-json " + mem.string() + " --dump-graph-json " + dump.string()),
-              0);
+    const fs::path mem = m.dir / "mem.json", dump = m.dir / "graphs.json",
+                   trace = m.dir / "trace.json", page = m.dir / "page.html",
+                   page2 = m.dir / "page2.html", state = m.dir / "state";
+    ASSERT_EQ(
+        run("MINFER_TRACE=" + trace.string() + " MINFER_GRAPH_DUMP=" + state.string() + " " + bin +
+            " -m " + m.path.string() + " -p 'the the' -n 4 --temp 0 -t 1 -c 64 --mem-report" +
+            " --mem-report-json " + mem.string() + " --dump-graph-json " + dump.string()),
+        0);
     const auto j = nlohmann::json::parse(slurp(mem));
     ASSERT_EQ(j["graphs"].size(), 2u);
     EXPECT_EQ(j["graphs"][0]["kind"], "prefill");
@@ -116,7 +137,8 @@ TEST(Viz, cli_flags_end_to_end_on_a_tiny_model) {
     // The page from that trace, and the page from a fresh run.
     ASSERT_EQ(run(bin + " viz --trace " + trace.string() + " -o " + page.string()), 0);
     EXPECT_NE(slurp(page).find("\"kind\":\"decode\""), std::string::npos);
-    ASSERT_EQ(run(bin + " viz -m " + m.path.string() + " -p 'the' -n 2 -t 1 -o " + page2.string()), 0);
+    ASSERT_EQ(run(bin + " viz -m " + m.path.string() + " -p 'the' -n 2 -t 1 -o " + page2.string()),
+              0);
     EXPECT_NE(slurp(page2).find("\"stats\""), std::string::npos);
     // -o is required.
     EXPECT_NE(run(bin + " viz -m " + m.path.string()), 0);

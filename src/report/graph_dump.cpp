@@ -70,8 +70,8 @@ nlohmann::json to_json(const ValueStats& s) {
         if (std::isfinite(v)) return v;
         return v > 0 ? "inf" : "-inf";
     };
-    return {{"count", s.count}, {"min", num(s.min)}, {"max", num(s.max)},
-            {"mean", num(s.mean)}, {"nan", s.nan},   {"inf", s.inf}};
+    return {{"count", s.count},    {"min", num(s.min)}, {"max", num(s.max)},
+            {"mean", num(s.mean)}, {"nan", s.nan},      {"inf", s.inf}};
 }
 
 nlohmann::json graph_record(const Graph& g, const GraphAllocator& alloc, const std::string& kind,
@@ -91,11 +91,12 @@ nlohmann::json graph_record(const Graph& g, const GraphAllocator& alloc, const s
     nlohmann::json buffers = nlohmann::json::array();
     const char* own_kind = st.planner == graph::Planner::Arena ? "arena" : "pool";
     for (const auto& ref : alloc.plan_buffers())
-        buffers.push_back({{"backend", ref.backend},
-                           {"id", ref.id},
-                           {"bytes", ref.len},
-                           {"kind", own_kind},
-                           {"name", buffer_name(own_kind, backends[ref.backend].get<std::string>(), ref.id)}});
+        buffers.push_back(
+            {{"backend", ref.backend},
+             {"id", ref.id},
+             {"bytes", ref.len},
+             {"kind", own_kind},
+             {"name", buffer_name(own_kind, backends[ref.backend].get<std::string>(), ref.id)}});
     std::map<std::pair<int32_t, uint32_t>, std::string> kv_names;
     for (const auto& pb : alloc.persistent()) {
         kv_names[{pb.ref.backend, pb.ref.id}] = pb.name;
@@ -164,25 +165,28 @@ nlohmann::json graph_record(const Graph& g, const GraphAllocator& alloc, const s
 }
 
 void print_graph_record(const nlohmann::json& r, std::FILE* out) {
-    std::fprintf(out, "\nminfer: graph %s n_tokens %lld: %zu nodes, planner %s, pool %s, lower bound %s\n",
-                 r["kind"].get<std::string>().c_str(), static_cast<long long>(r["n_tokens"].get<int64_t>()),
-                 r["n_nodes"].get<size_t>(), r["planner"].get<std::string>().c_str(),
-                 format_bytes(r["pool_bytes"].get<size_t>()).c_str(),
-                 format_bytes(r["lower_bound_bytes"].get<size_t>()).c_str());
+    std::fprintf(
+        out, "\nminfer: graph %s n_tokens %lld: %zu nodes, planner %s, pool %s, lower bound %s\n",
+        r["kind"].get<std::string>().c_str(), static_cast<long long>(r["n_tokens"].get<int64_t>()),
+        r["n_nodes"].get<size_t>(), r["planner"].get<std::string>().c_str(),
+        format_bytes(r["pool_bytes"].get<size_t>()).c_str(),
+        format_bytes(r["lower_bound_bytes"].get<size_t>()).c_str());
     std::fprintf(out, "  %4s %-22s %-18s %-16s %-6s %-28s %-12s %s\n", "id", "name", "op", "shape",
                  "where", "buffer (backend#id +offset len)", "live", "flags");
     const auto& backends = r["backends"];
     for (const auto& nd : r["nodes"]) {
         const auto& sh = nd["shape"];
         char shape[48];
-        std::snprintf(shape, sizeof shape, "[%lld,%lld]", static_cast<long long>(sh[0].get<int64_t>()),
+        std::snprintf(shape, sizeof shape, "[%lld,%lld]",
+                      static_cast<long long>(sh[0].get<int64_t>()),
                       static_cast<long long>(sh[1].get<int64_t>()));
         char buf[96] = "-";
         if (!nd["buffer"].is_null()) {
             const auto& b = nd["buffer"];
             std::snprintf(buf, sizeof buf, "%s#%u +%zu %zu",
                           backends[b["backend"].get<size_t>()].get<std::string>().c_str(),
-                          b["id"].get<uint32_t>(), b["offset"].get<size_t>(), b["len"].get<size_t>());
+                          b["id"].get<uint32_t>(), b["offset"].get<size_t>(),
+                          b["len"].get<size_t>());
         }
         char live[48];
         std::snprintf(live, sizeof live, "[%zu,%zu]", nd["live"][0].get<size_t>(),

@@ -88,13 +88,13 @@ MemoryRecorder::MemoryRecorder(runtime::Session& session)
     : session_(session), graphs_(std::make_shared<std::vector<GraphMemory>>()) {
     auto graphs = graphs_;
     runtime::Session::Impl& impl = session.impl();
-    impl.pass_observers.push_back([graphs, &impl](const Graph& g, const graph::GraphParams& params,
-                                                  bool rebuilt) {
-        if (!rebuilt) return;
-        graphs->push_back(describe_graph(g, impl.cache->allocator(),
-                                         params.kind == graph::kDecode ? "decode" : "prefill",
-                                         params.n_tokens));
-    });
+    impl.pass_observers.push_back(
+        [graphs, &impl](const Graph& g, const graph::GraphParams& params, bool rebuilt) {
+            if (!rebuilt) return;
+            graphs->push_back(describe_graph(g, impl.cache->allocator(),
+                                             params.kind == graph::kDecode ? "decode" : "prefill",
+                                             params.n_tokens));
+        });
 }
 
 MemoryReport MemoryRecorder::report() const {
@@ -133,15 +133,18 @@ void print_text(const MemoryReport& r, std::FILE* out) {
     std::fprintf(out, "\nminfer: memory report (activation planner: %s)\n",
                  r.graphs.empty() ? "-" : r.graphs.front().planner.c_str());
     for (const GraphMemory& g : r.graphs) {
-        std::fprintf(out, "  graph %-7s n_tokens %-5lld nodes %zu (live %zu, dead %zu, aliased %zu)\n",
+        std::fprintf(out,
+                     "  graph %-7s n_tokens %-5lld nodes %zu (live %zu, dead %zu, aliased %zu)\n",
                      g.kind.c_str(), static_cast<long long>(g.n_tokens), g.n_nodes, g.n_live,
                      g.dead_nodes, g.aliased_nodes);
         std::string per;
         for (size_t b = 0; b < g.buffers_per_backend.size(); ++b)
-            per += (b ? ", " : "") + g.backend_names[b] + " " + std::to_string(g.buffers_per_backend[b]);
+            per += (b ? ", " : "") + g.backend_names[b] + " " +
+                   std::to_string(g.buffers_per_backend[b]);
         std::fprintf(out, "    buffers %zu (%s), staging %zu\n", g.n_buffers, per.c_str(),
                      g.staging_buffers);
-        std::fprintf(out, "    pool %s   lower bound %s   pool/bound %.3f   naive %s (%.1fx pool)\n",
+        std::fprintf(out,
+                     "    pool %s   lower bound %s   pool/bound %.3f   naive %s (%.1fx pool)\n",
                      format_bytes(g.pool_bytes).c_str(), format_bytes(g.lower_bound_bytes).c_str(),
                      g.pool_over_lower_bound(), format_bytes(g.naive_bytes).c_str(),
                      g.pool_bytes ? static_cast<double>(g.naive_bytes) / g.pool_bytes : 0.0);

@@ -49,8 +49,8 @@ GraphRecorder::GraphRecorder(runtime::Session& session, bool trace_values)
                                               bool rebuilt) {
         GraphAllocator& alloc = impl.cache->allocator();
         if (rebuilt) {
-            nlohmann::json rec = graph_record(g, alloc, params.kind == graph::kDecode ? "decode" : "prefill",
-                                              params.n_tokens);
+            nlohmann::json rec = graph_record(
+                g, alloc, params.kind == graph::kDecode ? "decode" : "prefill", params.n_tokens);
             if (st->trace)
                 for (auto& nd : rec["nodes"]) {
                     auto it = st->stats.find(nd["id"].get<NodeId>());
@@ -76,8 +76,8 @@ const std::vector<float>& GraphRecorder::last_output() const {
     return state_->last_output;
 }
 
-nlohmann::json trace_document(const std::vector<nlohmann::json>& records, const MemoryReport& report,
-                              const nlohmann::json& meta) {
+nlohmann::json trace_document(const std::vector<nlohmann::json>& records,
+                              const MemoryReport& report, const nlohmann::json& meta) {
     return {{"version", 1},
             {"graphs", records},
             {"report", to_json(report)},
@@ -123,11 +123,12 @@ void dump_state(runtime::Session& session, const std::vector<float>& logits, int
         const std::string file = pb.name + ".f32";
         write_raw(dir + "/" + file, buf.data(), buf.size());
         const int64_t row = hp.n_embd_kv();
-        kv.push_back({{"name", pb.name},
-                      {"file", file},
-                      {"dtype", std::string(tensor::dtype_name(session.options().kv_type))},
-                      {"shape", {row, static_cast<int64_t>(pb.ref.len / 4) / std::max<int64_t>(row, 1)}},
-                      {"rows_written", session.n_past()}});
+        kv.push_back(
+            {{"name", pb.name},
+             {"file", file},
+             {"dtype", std::string(tensor::dtype_name(session.options().kv_type))},
+             {"shape", {row, static_cast<int64_t>(pb.ref.len / 4) / std::max<int64_t>(row, 1)}},
+             {"rows_written", session.n_past()}});
     }
     index["kv"] = kv;
     write_text_file(dir + "/index.json", index.dump(2) + "\n");

@@ -5,9 +5,8 @@
 // compiled in through src/report/viz_page_html.inc.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace minfer::report {
 
