@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "common.h"
 #include "model/model.h"
+#include "report/observe.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "tokenizer/chat_template.h"
@@ -54,6 +55,7 @@ struct GenFlags {
     bool no_think = false;
     bool no_special_parse = false;
     EngineFlags eng;
+    report::ObserveFlags observe;
 };
 
 struct Timing {
@@ -132,6 +134,7 @@ int cmd_generate(int argc, char** argv, int first) {
     p.option({"-f", "--file"}, &f.prompt_file, "FILE", "read the prompt from a file");
     p.option({"-n", "--n-predict"}, &f.n_predict, "N", "tokens to generate (-1 = until end of text or context)");
     f.eng.add_to(p);
+    f.observe.add_to(p);
     p.option({"--temp"}, &f.sp.temp, "T", "temperature (0 = greedy)");
     p.option({"--top-k"}, &f.sp.top_k, "N", "top-k sampling (0 = off)");
     p.option({"--top-p"}, &f.sp.top_p, "P", "top-p sampling (1.0 = off)");
@@ -177,6 +180,7 @@ int cmd_generate(int argc, char** argv, int first) {
     so.n_ctx = ctx.n_ctx;
     runtime::Session session(model, so);
     runtime::Sampler sampler(f.sp);
+    f.observe.attach(session);
     timing.load_s = seconds_since(t_load);
     std::fprintf(stderr, "minfer: model %s (%s, %lld layers), n_ctx %lld, seed %lld, threads %d\n",
                  f.model_path.c_str(), model.hp.arch_name.c_str(),
@@ -199,6 +203,7 @@ int cmd_generate(int argc, char** argv, int first) {
         std::fputc('\n', stdout);
         if (g_interrupted) std::fprintf(stderr, "\nminfer: interrupted\n");
         print_timing(timing);
+        f.observe.finish(session, {{"model", f.model_path}, {"prompt", f.prompt}});
         return g_interrupted ? 130 : 0;
     }
 
@@ -240,6 +245,7 @@ int cmd_generate(int argc, char** argv, int first) {
         rendered = full + reply;
     }
     print_timing(timing);
+    f.observe.finish(session, {{"model", f.model_path}});
     return 0;
 }
 

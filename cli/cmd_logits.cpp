@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "common.h"
 #include "model/model.h"
+#include "report/observe.h"
 #include "runtime/session.h"
 #include "util/error.h"
 
@@ -56,6 +57,8 @@ int cmd_logits(int argc, char** argv, int first) {
     p.option({"--tokens"}, &tokens_path, "FILE", "token file: {\"ids\": [...]}");
     p.option({"--out"}, &out_dir, "DIR", "output folder (created)");
     eng.add_to(p);
+    report::ObserveFlags observe;
+    observe.add_to(p);
     p.epilog("-c 0 sizes the context to the prompt; -b 0 runs the whole prompt in one pass.\n"
              "Example: minfer logits -m model.gguf --tokens tokens.json --out out -b 64");
     if (!p.parse(argc, argv, first)) return 0;
@@ -72,7 +75,9 @@ int cmd_logits(int argc, char** argv, int first) {
     runtime::SessionOptions so = eng.session_options();
     so.n_ctx = ctx.n_ctx;
     runtime::Session session(model, so);
+    observe.attach(session);
     const std::vector<float> logits = session.eval(ids, /*all_logits=*/true);
+    observe.finish(session, {{"model", model_path}, {"tokens", tokens_path}});
     const int64_t n_vocab = model.hp.n_vocab;
 
     std::filesystem::create_directories(out_dir);

@@ -1,6 +1,8 @@
 #include "graph/alloc.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "util/error.h"
 
@@ -13,6 +15,14 @@ size_t class_size(size_t bytes) {
         return bytes == 0 ? 0 : c;
     }
     return (bytes + kSizeClassStep - 1) / kSizeClassStep * kSizeClassStep;
+}
+
+size_t arena_class(size_t bytes) {
+    if (bytes <= kArenaAlign) return kArenaAlign;
+    size_t p = 1;
+    while (p * 2 <= bytes) p *= 2;
+    const size_t step = std::max(kArenaAlign, p / 16);
+    return (bytes + step - 1) / step * step;
 }
 
 namespace {
@@ -50,8 +60,19 @@ size_t meta_kv_bytes(const Graph& g, NodeId id) {
 
 }  // namespace
 
-GraphAllocator::GraphAllocator(std::vector<backend::Backend*> backends)
-    : backends_(std::move(backends)) {
+Planner planner_from_env() {
+    const char* v = std::getenv("MINFER_PLANNER");
+    if (!v || !*v || std::strcmp(v, "arena") == 0) return Planner::Arena;
+    if (std::strcmp(v, "classes") == 0) return Planner::Classes;
+    throw Error(std::string("MINFER_PLANNER='") + v + "' is not a planner (arena | classes)");
+}
+
+const char* planner_name(Planner p) {
+    return p == Planner::Arena ? "arena" : "classes";
+}
+
+GraphAllocator::GraphAllocator(std::vector<backend::Backend*> backends, Planner planner)
+    : backends_(std::move(backends)), planner_(planner) {
     MINFER_ASSERT_MSG(!backends_.empty(), "the allocator needs at least one backend");
     for (auto* b : backends_) MINFER_ASSERT(b != nullptr);
 }
@@ -133,6 +154,181 @@ KvPair GraphAllocator::ensure_kv(int32_t layer, BackendId b, size_t bytes, const
     return pair;
 }
 
+bool GraphAllocator::place_kv(const Graph& graph, NodeId id, Plan& p) {
+    const Node& node = graph.node(id);
+    if (!touches_kv(node.op)) return false;
+    const BackendId b = node_backend(node);
+    const size_t bytes = node.nbytes();
+    // The store's shape mirrors the region; when its meta is complete too,
+    // take the larger, so a type/meta mismatch can never make the kernel
+    // write past the region.
+    size_t kv_bytes = node.op == Op::KvStore ? bytes : meta_kv_bytes(graph, id);
+    const NodeMeta& m = node.meta;
+    if (node.op == Op::KvStore && m.n_head_kv > 0 && m.head_dim > 0 && m.n_ctx > 0)
+        kv_bytes = std::max(kv_bytes, meta_kv_bytes(graph, id));
+    const KvPair pair = ensure_kv(node.meta.layer, b, kv_bytes, node);
+    if (node.op != Op::KvStore) return false;
+    // The node's buffer is the K region (V is its sibling, reached through
+    // kv_pair). Never part of a plan: nothing can free or reuse it.
+    p.node_to_buf[static_cast<size_t>(id)] = BufRef{b, pair.k.id, 0, bytes};
+    return true;
+}
+
+void GraphAllocator::plan_classes(const Graph& graph, Plan& p, std::vector<size_t>& last_use,
+                                  const std::vector<bool>& pinned,
+                                  const std::vector<int32_t>& n_consumers) {
+    const size_t n = graph.size();
+    // buf_alive: (backend, id) -> last position its contents are needed.
+    // Buffers swept mid-walk go to this plan's own free list (not the
+    // pool's) because this plan still names them in node_to_buf: another
+    // cached graph's plan must never draw them.
+    std::map<std::pair<BackendId, BufferId>, size_t> buf_alive;
+    std::map<std::pair<BackendId, size_t>, std::vector<BufferId>> plan_free;  // (backend, class)
+
+    auto sweep = [&](size_t i) {
+        for (auto it = buf_alive.begin(); it != buf_alive.end();) {
+            if (it->second < i) {
+                const auto [b, id] = it->first;
+                plan_free[{b, backend(b).buffer_bytes(id)}].push_back(id);
+                it = buf_alive.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    };
+    auto alloc_in_pool = [&](BackendId b, size_t bytes, size_t live_until) {
+        const size_t cls = class_size(bytes);
+        BufferId id;
+        auto& fl = plan_free[{b, cls}];
+        if (!fl.empty()) {
+            id = fl.back();
+            fl.pop_back();
+        } else {
+            id = backend(b).allocate(cls);
+            p.owned.emplace_back(b, id);
+        }
+        buf_alive[{b, id}] = live_until;
+        return BufRef{b, id, 0, bytes};
+    };
+
+    for (size_t i = 0; i < n; ++i) {
+        sweep(i);
+        const NodeId id = static_cast<NodeId>(i);
+        const Node& node = graph.nodes[i];
+        const BackendId b = node_backend(node);
+        const size_t bytes = node.nbytes();
+        const bool live = last_use[i] > i || has_side_effect(node);
+        if (!live) {
+            // e.g. the Silu orphaned by SwiGLU fusion, or a KvStore replaced
+            // by the fused epilogue: no buffer, and so never scheduled.
+            ++p.stats.dead_nodes;
+            continue;
+        }
+        if (place_kv(graph, id, p)) continue;
+        if (in_place_capable(node.op) && !node.src.empty()) {
+            // Alias src[0] only when nothing else reads it (we overwrite it),
+            // it is on this backend (no host copy of a pending buffer), and it
+            // is an ordinary liveness buffer (not a KV region, not an input
+            // refilled by the host, not an output read after the graph).
+            const auto s = static_cast<size_t>(node.src[0]);
+            const auto& sref = p.node_to_buf[s];
+            if (sref && sref->backend == b && n_consumers[s] == 1 && !pinned[s] &&
+                buf_alive.count({b, sref->id}) != 0 && bytes <= sref->len) {
+                p.node_to_buf[i] = BufRef{b, sref->id, sref->offset, bytes};
+                p.aliased[i] = true;
+                ++p.stats.aliased_nodes;
+                // The buffer now carries this node's deadline too.
+                auto& until = buf_alive[{b, sref->id}];
+                until = std::max(until, last_use[i]);
+                last_use[s] = std::max(last_use[s], last_use[i]);
+                continue;
+            }
+        }
+        p.node_to_buf[i] = alloc_in_pool(b, bytes, last_use[i]);
+    }
+}
+
+void GraphAllocator::plan_arena(const Graph& graph, Plan& p, std::vector<size_t>& last_use,
+                                const std::vector<bool>& pinned,
+                                const std::vector<int32_t>& n_consumers) {
+    const size_t n = graph.size();
+    // a) Lifetimes as data: which nodes own bytes, which alias whom, and
+    // until when every owner's bytes are needed. Same rules as the classes
+    // walk: dead nodes nothing, KV stores the K region, in-place ops their
+    // sole-consumer, same-backend, unpinned, ordinary source.
+    constexpr size_t kNone = SIZE_MAX;
+    std::vector<size_t> root(n, kNone);  // the node owning i's bytes; i itself for an owner
+    std::vector<size_t> until(n, 0);     // owners: last position their bytes are needed
+    for (size_t i = 0; i < n; ++i) {
+        const NodeId id = static_cast<NodeId>(i);
+        const Node& node = graph.nodes[i];
+        const BackendId b = node_backend(node);
+        const size_t bytes = node.nbytes();
+        if (!(last_use[i] > i || has_side_effect(node))) {
+            ++p.stats.dead_nodes;  // no buffer, never scheduled
+            continue;
+        }
+        if (place_kv(graph, id, p)) continue;
+        if (in_place_capable(node.op) && !node.src.empty()) {
+            const auto s = static_cast<size_t>(node.src[0]);
+            if (root[s] != kNone && node_backend(graph.nodes[s]) == b && n_consumers[s] == 1 &&
+                !pinned[s] && bytes <= graph.nodes[s].nbytes()) {
+                root[i] = root[s];
+                p.aliased[i] = true;
+                ++p.stats.aliased_nodes;
+                until[root[i]] = std::max(until[root[i]], last_use[i]);
+                last_use[s] = std::max(last_use[s], last_use[i]);
+                continue;
+            }
+        }
+        root[i] = i;
+        until[i] = last_use[i];
+    }
+
+    // b) Placement per backend, greedy by size: largest first (ties: the
+    // earlier start), each at the lowest aligned offset where it overlaps
+    // in bytes no placed owner it overlaps in time.
+    std::vector<size_t> offset(n, 0);
+    for (BackendId b = 0; b < static_cast<BackendId>(backends_.size()); ++b) {
+        std::vector<size_t> owners;
+        for (size_t i = 0; i < n; ++i)
+            if (root[i] == i && node_backend(graph.nodes[i]) == b) owners.push_back(i);
+        if (owners.empty()) continue;
+        auto span_of = [&](size_t i) {
+            return (graph.nodes[i].nbytes() + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+        };
+        std::sort(owners.begin(), owners.end(), [&](size_t a, size_t c) {
+            const size_t sa = span_of(a), sc = span_of(c);
+            return sa != sc ? sa > sc : a < c;
+        });
+        std::vector<size_t> placed;  // owners, any order
+        std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of time-overlapping owners
+        size_t arena = 0;
+        for (size_t i : owners) {
+            busy.clear();
+            for (size_t j : placed)
+                if (i <= until[j] && j <= until[i]) busy.emplace_back(offset[j], offset[j] + span_of(j));
+            std::sort(busy.begin(), busy.end());
+            size_t at = 0;
+            const size_t need = span_of(i);
+            for (const auto& [lo, hi] : busy) {
+                if (at + need <= lo) break;  // fits in the gap before this one
+                at = std::max(at, hi);
+            }
+            offset[i] = at;
+            arena = std::max(arena, at + need);
+            placed.push_back(i);
+        }
+        // c) One arena buffer for the plan on this backend. Its size class
+        // lets a rebuild of nearly the same size recycle the previous arena.
+        const BufferId arena_id = backend(b).allocate(arena_class(arena));
+        p.owned.emplace_back(b, arena_id);
+        for (size_t i = 0; i < n; ++i)
+            if (root[i] != kNone && node_backend(graph.nodes[i]) == b)
+                p.node_to_buf[i] = BufRef{b, arena_id, offset[root[i]], graph.nodes[i].nbytes()};
+    }
+}
+
 const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
     // 1. Tear down this slot's previous plan: its buffers go back to the
     // pools' free lists. KV regions are not part of any plan; other slots'
@@ -185,94 +381,16 @@ const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
     // 4. Consumers per node: the in-place alias guard.
     const std::vector<int32_t> n_consumers = graph.n_consumers();
 
-    // 5. The walk. buf_alive: (backend, id) -> last position its contents
-    // are needed. Buffers swept mid-walk go to this plan's own free list
-    // (not the pool's) because this plan still names them in node_to_buf:
-    // another cached graph's plan must never draw them.
+    // 5. Placement.
     Plan p;
     p.n_nodes = n;
     p.node_to_buf.assign(n, std::nullopt);
     p.aliased.assign(n, false);
-    std::map<std::pair<BackendId, BufferId>, size_t> buf_alive;
-    std::map<std::pair<BackendId, size_t>, std::vector<BufferId>> plan_free;  // (backend, class)
-
-    auto sweep = [&](size_t i) {
-        for (auto it = buf_alive.begin(); it != buf_alive.end();) {
-            if (it->second < i) {
-                const auto [b, id] = it->first;
-                plan_free[{b, backend(b).buffer_bytes(id)}].push_back(id);
-                it = buf_alive.erase(it);
-            } else {
-                ++it;
-            }
-        }
-    };
-    auto alloc_in_pool = [&](BackendId b, size_t bytes, size_t live_until) {
-        const size_t cls = class_size(bytes);
-        BufferId id;
-        auto& fl = plan_free[{b, cls}];
-        if (!fl.empty()) {
-            id = fl.back();
-            fl.pop_back();
-        } else {
-            id = backend(b).allocate(cls);
-            p.owned.emplace_back(b, id);
-        }
-        buf_alive[{b, id}] = live_until;
-        return BufRef{b, id, 0, bytes};
-    };
-
-    for (size_t i = 0; i < n; ++i) {
-        sweep(i);
-        const NodeId id = static_cast<NodeId>(i);
-        const Node& node = graph.nodes[i];
-        const BackendId b = node_backend(node);
-        const size_t bytes = node.nbytes();
-        const bool live = last_use[i] > i || has_side_effect(node);
-        if (!live) {
-            // e.g. the Silu orphaned by SwiGLU fusion, or a KvStore replaced
-            // by the fused epilogue: no buffer, and so never scheduled.
-            ++p.stats.dead_nodes;
-            continue;
-        }
-
-        if (touches_kv(node.op)) {
-            // The store's shape mirrors the region; when its meta is complete
-            // too, take the larger, so a type/meta mismatch can never make
-            // the kernel write past the region.
-            size_t kv_bytes = node.op == Op::KvStore ? bytes : meta_kv_bytes(graph, id);
-            const NodeMeta& m = node.meta;
-            if (node.op == Op::KvStore && m.n_head_kv > 0 && m.head_dim > 0 && m.n_ctx > 0)
-                kv_bytes = std::max(kv_bytes, meta_kv_bytes(graph, id));
-            const KvPair pair = ensure_kv(node.meta.layer, b, kv_bytes, node);
-            if (node.op == Op::KvStore) {
-                // The node's buffer is the K region (V is its sibling, reached
-                // through kv_pair). Never in buf_alive: no sweep can free it.
-                p.node_to_buf[i] = BufRef{b, pair.k.id, 0, bytes};
-                continue;
-            }
-        }
-        if (in_place_capable(node.op) && !node.src.empty()) {
-            // Alias src[0] only when nothing else reads it (we overwrite it),
-            // it is on this backend (no host copy of a pending buffer), and it
-            // is an ordinary liveness buffer (not a KV region, not an input
-            // refilled by the host, not an output read after the graph).
-            const auto s = static_cast<size_t>(node.src[0]);
-            const auto& sref = p.node_to_buf[s];
-            if (sref && sref->backend == b && n_consumers[s] == 1 && !pinned[s] &&
-                buf_alive.count({b, sref->id}) != 0 && bytes <= sref->len) {
-                p.node_to_buf[i] = BufRef{b, sref->id, sref->offset, bytes};
-                p.aliased[i] = true;
-                ++p.stats.aliased_nodes;
-                // The buffer now carries this node's deadline too.
-                auto& until = buf_alive[{b, sref->id}];
-                until = std::max(until, last_use[i]);
-                last_use[s] = std::max(last_use[s], last_use[i]);
-                continue;
-            }
-        }
-        p.node_to_buf[i] = alloc_in_pool(b, bytes, last_use[i]);
-    }
+    p.stats.planner = planner_;
+    if (planner_ == Planner::Arena)
+        plan_arena(graph, p, last_use, pinned, n_consumers);
+    else
+        plan_classes(graph, p, last_use, pinned, n_consumers);
 
     p.stats.n_nodes = n;
     for (size_t i = 0; i < n; ++i) {
@@ -281,7 +399,11 @@ const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
         if (graph.nodes[i].op != Op::KvStore) p.stats.naive_bytes += graph.nodes[i].nbytes();
     }
     p.stats.n_buffers = p.owned.size();
-    for (auto [b, bid] : p.owned) p.stats.pool_bytes += backend(b).buffer_bytes(bid);
+    p.stats.buffers_per_backend.assign(backends_.size(), 0);
+    for (auto [b, bid] : p.owned) {
+        p.stats.pool_bytes += backend(b).buffer_bytes(bid);
+        ++p.stats.buffers_per_backend[static_cast<size_t>(b)];
+    }
 
     ++counters_.graphs_allocated;
     counters_.dead_nodes += p.stats.dead_nodes;
@@ -305,6 +427,18 @@ bool GraphAllocator::is_aliased(NodeId id) const {
 
 const PlanStats& GraphAllocator::plan_stats() const {
     return plan().stats;
+}
+
+std::vector<BufRef> GraphAllocator::plan_buffers() const {
+    std::vector<BufRef> out;
+    for (auto [b, id] : plan().owned) out.push_back(BufRef{b, id, 0, backend(b).buffer_bytes(id)});
+    return out;
+}
+
+std::vector<std::pair<NodeId, BufRef>> GraphAllocator::plan_staging() const {
+    std::vector<std::pair<NodeId, BufRef>> out;
+    for (const auto& [key, ref] : plan().cross) out.emplace_back(key.first, ref);
+    return out;
 }
 
 void GraphAllocator::fill_input(const Graph& graph, std::string_view name,

@@ -37,6 +37,26 @@ using backend::KvPair;
 constexpr size_t kSizeClassStep = 16 * 1024;
 size_t class_size(size_t bytes);
 
+// How a plan places the live nodes of a graph.
+//  - Classes (the design's §2.3): one pool buffer per size class, recycled
+//    through a per-plan free list along the build-order sweep.
+//  - Arena: one arena buffer per backend per plan; every node gets an
+//    offset inside it, placed greedy-by-size (largest first, lowest offset
+//    that collides in time with no placed node) — TFLite's arena planner.
+//    Gets within a few percent of the lower bound on transformer graphs.
+enum class Planner { Arena, Classes };
+// MINFER_PLANNER=classes | arena (default: arena). Throws minfer::Error on
+// another value.
+Planner planner_from_env();
+const char* planner_name(Planner p);
+// Arena offsets are multiples of this (SIMD rows, cache lines).
+constexpr size_t kArenaAlign = 64;
+// Size of an arena buffer holding `bytes`: rounded up to 1/16 of its power
+// of two (at most 6.25% more, at least kArenaAlign steps), so a rebuild of
+// nearly the same size recycles the previous arena (the pool recycles by
+// exact length) without the 16 KiB steps of class_size.
+size_t arena_class(size_t bytes);
+
 // A region that is never freed and never recycled ("kv.<layer>.k" / ".v").
 struct PersistentBuf {
     std::string name;
@@ -53,6 +73,8 @@ struct PlanStats {
     size_t dead_nodes = 0;       // no consumers, not an output: no buffer
     size_t aliased_nodes = 0;    // in place on their src[0]'s buffer
     size_t staging_buffers = 0;  // split-boundary staging minted so far for this graph
+    Planner planner = Planner::Classes;
+    std::vector<size_t> buffers_per_backend;  // [n_backends] of n_buffers
 };
 
 // Process-lifetime counters.
@@ -67,7 +89,10 @@ struct AllocCounters {
 
 class GraphAllocator {
   public:
-    explicit GraphAllocator(std::vector<backend::Backend*> backends);
+    // The planner defaults to the design's size classes; the session picks
+    // planner_from_env().
+    explicit GraphAllocator(std::vector<backend::Backend*> backends,
+                            Planner planner = Planner::Classes);
     ~GraphAllocator();  // returns every buffer it holds (plans, staging, KV) to the pools
     GraphAllocator(const GraphAllocator&) = delete;
     GraphAllocator& operator=(const GraphAllocator&) = delete;
@@ -91,6 +116,11 @@ class GraphAllocator {
     // True when id writes in place into its src[0]'s buffer.
     bool is_aliased(NodeId id) const;
     const PlanStats& plan_stats() const;
+    // The pool buffers the current plan holds (each whole: offset 0, len =
+    // its bytes), and its split-boundary staging buffers so far.
+    std::vector<BufRef> plan_buffers() const;
+    std::vector<std::pair<NodeId, BufRef>> plan_staging() const;
+    Planner planner() const { return planner_; }
     // Copy host data into the input named `name`; throws minfer::Error naming
     // the input when there is none or the data does not fill its window.
     void fill_input(const Graph& graph, std::string_view name, std::span<const int32_t> data);
@@ -121,8 +151,16 @@ class GraphAllocator {
     const Plan& plan() const;
     void free_plan(Plan& p);
     KvPair ensure_kv(int32_t layer, BackendId b, size_t bytes, const Node& node);
+    void plan_classes(const Graph& graph, Plan& p, std::vector<size_t>& last_use,
+                      const std::vector<bool>& pinned, const std::vector<int32_t>& n_consumers);
+    void plan_arena(const Graph& graph, Plan& p, std::vector<size_t>& last_use,
+                    const std::vector<bool>& pinned, const std::vector<int32_t>& n_consumers);
+    // The KV arm shared by both planners: makes the layer's regions; true
+    // when the node's buffer is the K region (a KvStore) and it is placed.
+    bool place_kv(const Graph& graph, NodeId id, Plan& p);
 
     std::vector<backend::Backend*> backends_;
+    Planner planner_;
     std::map<int, Plan> plans_;
     int current_ = -1;
     std::map<int32_t, KvPair> kv_;

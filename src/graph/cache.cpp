@@ -2,7 +2,8 @@
 
 namespace minfer::graph {
 
-GraphCache::GraphCache(std::vector<backend::Backend*> backends) : alloc_(std::move(backends)) {}
+GraphCache::GraphCache(std::vector<backend::Backend*> backends, Planner planner)
+    : alloc_(std::move(backends), planner) {}
 
 Graph* GraphCache::try_reuse(const GraphParams& params) {
     auto it = entries_.find(params.kind);

@@ -43,7 +43,8 @@ struct GraphParams {
 class GraphCache {
   public:
     // The backends must outlive the cache.
-    explicit GraphCache(std::vector<backend::Backend*> backends);
+    explicit GraphCache(std::vector<backend::Backend*> backends,
+                        Planner planner = Planner::Classes);
 
     // The cached graph of params.kind when it was built for equal params:
     // its allocation plan becomes current (nothing is allocated). nullptr

@@ -28,7 +28,7 @@ bool uses_kv(Op op) {
 }
 
 void run_splits(const Graph& graph, GraphAllocator& alloc, const std::vector<Split>& splits,
-                std::vector<bool>& dirty, SchedStats& stats) {
+                std::vector<bool>& dirty, SchedStats& stats, const Scheduler::NodeHook& hook) {
     std::vector<uint8_t> tmp;
     std::vector<BufRef> srcs;
     std::vector<std::array<int64_t, 4>> src_ne;
@@ -92,6 +92,12 @@ void run_splits(const Graph& graph, GraphAllocator& alloc, const std::vector<Spl
             dirty[static_cast<size_t>(b)] = true;
             be.execute_node(node, srcs, *alloc.node_buffer(id), kv ? &*kv : nullptr, src_ne);
             ++stats.nodes_run;
+            if (hook) {
+                be.submit();
+                be.synchronize();
+                dirty[static_cast<size_t>(b)] = false;
+                hook(graph, id, alloc);
+            }
         }
         be.submit();
         ++stats.splits;
@@ -103,8 +109,11 @@ void run_splits(const Graph& graph, GraphAllocator& alloc, const std::vector<Spl
 void Scheduler::execute(const Graph& graph, GraphAllocator& alloc) {
     const std::vector<Split> splits = make_splits(graph, alloc);
     std::vector<bool> dirty(alloc.n_backends(), false);
+    if (node_hook_)
+        for (NodeId in : graph.inputs)
+            if (alloc.node_buffer(in)) node_hook_(graph, in, alloc);
     try {
-        run_splits(graph, alloc, splits, dirty, stats_);
+        run_splits(graph, alloc, splits, dirty, stats_, node_hook_);
     } catch (...) {
         // Drain every queue before the error leaves: nothing may still be
         // writing into buffers the caller will reuse or read.

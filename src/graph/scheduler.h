@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "graph/alloc.h"
@@ -40,8 +41,16 @@ class Scheduler {
     void execute(const Graph& graph, GraphAllocator& alloc);
     const SchedStats& stats() const { return stats_; }
 
+    // A debug hook (MINFER_TRACE): called after each node has executed and
+    // its backend has been synchronized, so the hook may read the node's
+    // output through alloc; also called for every Input node (already
+    // filled) before the first split. Slow: one sync per node.
+    using NodeHook = std::function<void(const Graph&, NodeId, GraphAllocator&)>;
+    void set_node_hook(NodeHook hook) { node_hook_ = std::move(hook); }
+
   private:
     SchedStats stats_;
+    NodeHook node_hook_;
 };
 
 }  // namespace minfer::graph

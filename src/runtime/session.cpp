@@ -37,7 +37,7 @@ Session::Impl::Impl(const model::Model& model, const SessionOptions& o) : model(
         queue = std::make_unique<backend::QueueBackend>();
         backends.push_back(queue.get());
     }
-    cache = std::make_unique<graph::GraphCache>(backends);
+    cache = std::make_unique<graph::GraphCache>(backends, o.planner);
     cparams.n_ctx = o.n_ctx;
     cparams.fuse_qkv = o.fuse.qkv;
     cparams.fuse_ffn = o.fuse.ffn;
@@ -60,6 +60,7 @@ graph::Graph& Session::Impl::prepare(int64_t n_tokens, int64_t n_out, bool* rebu
     params.n_out = n_out;
     params.kind = n_tokens == 1 ? graph::kDecode : graph::kPrefill;
     params.cparams = cparams;
+    last_params = params;
     if (graph::Graph* g = cache->try_reuse(params)) {
         *rebuilt = false;
         return *g;
@@ -121,6 +122,7 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
             alloc.fill_input(g, "tail_ids", tail);
         }
         impl_->scheduler.execute(g, alloc);
+        for (const auto& observe : impl_->pass_observers) observe(g, impl_->last_params, rebuilt);
 
         if (all_logits || last_pass) {
             const graph::NodeId out_id = g.outputs.at(0);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/alloc.h"
 #include "graph/assign.h"
 #include "graph/fuse.h"
 #include "model/model.h"
@@ -24,6 +25,9 @@ struct SessionOptions {
     int32_t queue_first_layer = 0;
     int32_t queue_end_layer = 0;
     tensor::DType kv_type = tensor::DType::F32;
+    // Activation planner: arena (default) or the design's size classes
+    // (MINFER_PLANNER=classes), so both can be measured.
+    graph::Planner planner = graph::planner_from_env();
 };
 
 struct SessionStats {

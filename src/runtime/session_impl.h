@@ -2,6 +2,7 @@
 // visual page) but not part of the public session API.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -36,6 +37,15 @@ struct Session::Impl {
     graph::Scheduler scheduler;
     graph::CParams cparams;
     graph::Placement placement;
+
+    // Observers for the reports (memory report, graph dump, trace, visual
+    // page): called after every forward pass, once its graph has executed
+    // (so split staging is minted), with that pass's graph parameters and
+    // whether the graph was built for it (false: reused from the cache).
+    using PassObserver =
+        std::function<void(const graph::Graph&, const graph::GraphParams&, bool rebuilt)>;
+    std::vector<PassObserver> pass_observers;
+    graph::GraphParams last_params;  // of the last prepare()
 };
 
 }  // namespace minfer::runtime
