@@ -17,8 +17,16 @@ bool has(const std::string& s, const std::string& part) { return s.find(part) !=
 
 // A tiny random qwen3 model with a ChatML template and a trained context of
 // n_ctx_train tokens, written once per process.
+struct TempFiles {
+    std::map<int64_t, std::string> paths;
+    ~TempFiles() {
+        for (const auto& [ctx, p] : paths) std::filesystem::remove(p);
+    }
+};
+
 std::string tiny_model_path(int64_t n_ctx_train = 64) {
-    static std::map<int64_t, std::string> paths;
+    static TempFiles files;  // removed when the test program exits
+    auto& paths = files.paths;
     auto it = paths.find(n_ctx_train);
     if (it != paths.end()) return it->second;
     minfer::testing::TinyModelSpec s;
