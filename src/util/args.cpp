@@ -186,7 +186,7 @@ std::string ArgParser::usage() const {
             if (!o.default_text.empty()) os << " (default: " << o.default_text << ")";
             os << "\n";
         }
-        os << "  -h, --help                  show this help and exit\n";
+        os << "  -h, --help" << std::string(28 - 12, ' ') << "show this help and exit\n";
     }
     if (!epilog_.empty()) os << "\n" << epilog_ << "\n";
     return os.str();
