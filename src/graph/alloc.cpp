@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "util/error.h"
+#include "util/out_of_memory.h"
 
 namespace minfer::graph {
 
@@ -123,8 +124,14 @@ KvPair GraphAllocator::ensure_kv(int32_t layer, BackendId b, size_t bytes, const
     }
     auto& be = backend(b);
     KvPair pair;
-    pair.k = BufRef{b, be.allocate(bytes), 0, bytes};
-    pair.v = BufRef{b, be.allocate(bytes), 0, bytes};
+    try {
+        pair.k = BufRef{b, be.allocate(bytes), 0, bytes};
+        pair.v = BufRef{b, be.allocate(bytes), 0, bytes};
+    } catch (const OutOfMemory& e) {
+        throw OutOfMemory(e.bytes(), "the KV cache of layer " + std::to_string(layer) + " (2 x " +
+                                         OutOfMemory::mib(bytes) +
+                                         "); a smaller context (-c) needs less");
+    }
     persistent_.push_back({"kv." + std::to_string(layer) + ".k", pair.k});
     persistent_.push_back({"kv." + std::to_string(layer) + ".v", pair.v});
     kv_.emplace(layer, pair);
@@ -215,7 +222,12 @@ const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
             id = fl.back();
             fl.pop_back();
         } else {
-            id = backend(b).allocate(cls);
+            try {
+                id = backend(b).allocate(cls);
+            } catch (const OutOfMemory& e) {
+                throw OutOfMemory(e.bytes(), "the activations of one forward pass (" +
+                                                 std::to_string(bytes) + "-byte tensor)");
+            }
             p.owned.emplace_back(b, id);
         }
         buf_alive[{b, id}] = live_until;
