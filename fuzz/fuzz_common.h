@@ -12,6 +12,7 @@
 #include "gguf/gguf.h"
 #include "tiny_model.h"
 #include "tokenizer/tokenizer.h"
+#include "util/error.h"
 
 namespace minfer::fuzz {
 
@@ -79,7 +80,7 @@ inline const tokenizer::Tokenizer& kjv_tokenizer() {
         const std::string path = env ? env : MINFER_SOURCE_DIR "/models/kjv-tiny-q8_0.gguf";
         try {
             return new tokenizer::Tokenizer(tokenizer::Tokenizer::from_gguf(gguf::File::open(path)));
-        } catch (const Error& e) {
+        } catch (const minfer::Error& e) {
             std::fprintf(stderr, "fuzz: %s; using the tiny vocabulary\n", e.what());
             return &tiny_tokenizer();
         }
