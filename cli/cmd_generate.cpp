@@ -197,7 +197,15 @@ int cmd_generate(int argc, char** argv, int first) {
         if (line.empty()) continue;
         messages.push_back({"user", line});
         std::string full = tokenizer::render_chatml(messages, true, f.no_think);
-        std::string delta = full.substr(rendered.size());
+        // The cache holds `rendered`; only what follows it is run. Should the
+        // history ever render differently from what was run, start over
+        // rather than continue from a cache that disagrees with the text.
+        std::string delta = full;
+        if (full.compare(0, rendered.size(), rendered) == 0) {
+            delta = full.substr(rendered.size());
+        } else {
+            session.truncate(0);
+        }
         std::vector<int32_t> ids = tok.encode(delta, true);
         if (session.n_past() + static_cast<int64_t>(ids.size()) >= session.n_ctx()) {
             std::fprintf(stderr, "minfer: the conversation no longer fits in the context (%lld tokens)\n",
@@ -212,7 +220,10 @@ int cmd_generate(int argc, char** argv, int first) {
         std::string reply = generate(session, tok, sampler, std::move(logits), f.n_predict, f, timing);
         std::fputc('\n', stdout);
         std::fflush(stdout);
-        messages.push_back({"assistant", reply});
+        // With --no-think the generation prompt ended with an empty think
+        // block that the model's reply continues: it is part of the reply's
+        // history, so that the next rendering starts with what the cache holds.
+        messages.push_back({"assistant", (f.no_think ? std::string("<think>\n\n</think>\n\n") : "") + reply});
         // The cache holds the reply's tokens but not its closing <|im_end|>\n:
         // the next turn's delta starts with them.
         rendered = full + reply;

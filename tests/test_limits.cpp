@@ -16,6 +16,8 @@
 
 #include "cli_runner.h"
 #include "tiny_model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 using minfer::testing::read_whole;
 using minfer::testing::run_cli;
@@ -227,4 +229,23 @@ TEST(Limits, CtrlCWhileTheChatWaitsForInputEndsTheChat) {
     EXPECT_EQ(WEXITSTATUS(status), 130) << e;
     EXPECT_TRUE(has(e, "minfer: interrupted")) << e;
     fs::remove(err);
+}
+
+TEST(Limits, ChatTurnsRunOnlyTheNewTextAlsoWithNoThink) {
+    // Turn 2 must run exactly the text that follows what the cache holds:
+    // the closing of the reply and the new user turn. (--no-think used to
+    // leave the empty think block out of the history, so the second turn's
+    // text was cut at the wrong place.)
+    const std::string model = model_path(512);
+    auto r = run_cli("-m " + model + " -cnv -n 3 --temp 0 --ignore-eos --no-think", "Hi\nthe end\n");
+    ASSERT_EQ(r.code, 0) << r.err;
+    auto file = minfer::gguf::File::open(model);
+    auto tok = minfer::tokenizer::Tokenizer::from_gguf(file);
+    const std::string turn1 = minfer::tokenizer::render_chatml({{"user", "Hi"}}, true, true);
+    const std::string turn2 =
+        "<|im_end|>\n<|im_start|>user\nthe end<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    const int64_t expected =
+        static_cast<int64_t>(tok.encode(turn1, true).size() + tok.encode(turn2, true).size());
+    EXPECT_EQ(count_after(r.err, "prompt eval "), expected) << r.err;
+    EXPECT_TRUE(has(r.err, "generation 6 tokens")) << r.err;
 }
