@@ -249,3 +249,16 @@ TEST(Limits, ChatTurnsRunOnlyTheNewTextAlsoWithNoThink) {
     EXPECT_EQ(count_after(r.err, "prompt eval "), expected) << r.err;
     EXPECT_TRUE(has(r.err, "generation 6 tokens")) << r.err;
 }
+
+TEST(Limits, FlagValuesOutOfRangeAreUsageErrors) {
+    // --temp 1e39 is a finite double but no float: converting it was
+    // undefined behaviour (UBSan: float-cast-overflow) before the range check.
+    for (const char* args : {"--temp 1e39", "--top-p -1e300", "--top-k -1", "--repeat-last-n -2",
+                             "-c 99999999999999999999", "-t 3000000000", "--min-p nan",
+                             "--queue-layers 2:1", "-ctk q4_0"}) {
+        auto r = run_cli(std::string("-m /nonexistent.gguf -p hi ") + args);
+        EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+        EXPECT_EQ(r.err.rfind("minfer: error: ", 0), 0u) << args << ": " << r.err;
+        EXPECT_TRUE(r.out.empty()) << args;
+    }
+}
