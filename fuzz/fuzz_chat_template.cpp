@@ -44,7 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t pos = 0;
     for (const auto& m : messages) {
         const std::string frame = "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-        if (out.compare(pos, frame.size(), frame) != 0) fuzz::fail("a ChatML frame is not where it belongs");
+        if (out.compare(pos, frame.size(), frame) != 0)
+            fuzz::fail("a ChatML frame is not where it belongs");
         pos += frame.size();
     }
     std::string tail = add_gen ? "<|im_start|>assistant\n" : "";

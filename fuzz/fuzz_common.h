@@ -79,7 +79,8 @@ inline const tokenizer::Tokenizer& kjv_tokenizer() {
         const char* env = std::getenv("MINFER_FUZZ_MODEL");
         const std::string path = env ? env : MINFER_SOURCE_DIR "/models/kjv-tiny-q8_0.gguf";
         try {
-            return new tokenizer::Tokenizer(tokenizer::Tokenizer::from_gguf(gguf::File::open(path)));
+            return new tokenizer::Tokenizer(
+                tokenizer::Tokenizer::from_gguf(gguf::File::open(path)));
         } catch (const minfer::Error& e) {
             std::fprintf(stderr, "fuzz: %s; using the tiny vocabulary\n", e.what());
             return &tiny_tokenizer();

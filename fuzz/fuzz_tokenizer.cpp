@@ -8,11 +8,11 @@
 //    input, whether fed token by token or in arbitrary byte chunks.
 // The first input byte picks the vocabulary: the built-in KJV model's (a real
 // BPE with thousands of merges) or the tests' tiny one (tests/tiny_model.h).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -55,7 +55,8 @@ void check_stream(const tokenizer::Tokenizer& tok, const std::vector<int32_t>& i
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
-    const tokenizer::Tokenizer& tok = (data[0] & 1) ? fuzz::tiny_tokenizer() : fuzz::kjv_tokenizer();
+    const tokenizer::Tokenizer& tok =
+        (data[0] & 1) ? fuzz::tiny_tokenizer() : fuzz::kjv_tokenizer();
     const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
     const bool valid = fuzz::valid_utf8(text);
 

@@ -19,7 +19,9 @@ void put(const fs::path& dir, const std::string& name, const std::string& bytes)
     std::ofstream(dir / name, std::ios::binary) << bytes;
 }
 
-std::string as_string(const std::vector<uint8_t>& b) { return std::string(b.begin(), b.end()); }
+std::string as_string(const std::vector<uint8_t>& b) {
+    return std::string(b.begin(), b.end());
+}
 
 std::string joined(const std::vector<std::string>& words) {
     std::string s;

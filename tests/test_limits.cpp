@@ -26,7 +26,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+    return s.find(part) != std::string::npos;
+}
 
 // Sanitizer runtimes reserve terabytes of address space: `ulimit -v` cannot
 // be used under them (they would not even start).
@@ -119,8 +121,7 @@ TEST(Limits, AContextTooLargeToAllocateIsAnOutOfMemoryErrorNotACrash) {
     // 4 GiB; under a sanitizer, its allocator's max_allocation_size of 2 GiB)
     // so the allocation fails the same way on every machine, whatever its RAM
     // or overcommit policy.
-    const std::string limit =
-        kSanitized ? "" : "ulimit -v 4194304 && ";
+    const std::string limit = kSanitized ? "" : "ulimit -v 4194304 && ";
     const std::string env =
         "ASAN_OPTIONS=$ASAN_OPTIONS:allocator_may_return_null=1:max_allocation_size=2147483648 "
         "TSAN_OPTIONS=$TSAN_OPTIONS:allocator_may_return_null=1:max_allocation_size=2147483648 ";
@@ -133,8 +134,9 @@ TEST(Limits, AContextTooLargeToAllocateIsAnOutOfMemoryErrorNotACrash) {
     ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
     const std::string e = read_whole(err);
     EXPECT_EQ(WEXITSTATUS(status), 1) << e;
-    EXPECT_TRUE(std::regex_search(e, std::regex(
-                    "minfer: error: out of memory allocating [0-9]+ MiB for the KV cache of layer 0")))
+    EXPECT_TRUE(std::regex_search(
+        e, std::regex(
+               "minfer: error: out of memory allocating [0-9]+ MiB for the KV cache of layer 0")))
         << e;
     EXPECT_FALSE(has(e, "internal error")) << e;
     fs::remove(out);
@@ -153,9 +155,8 @@ TEST(Limits, CtrlCDuringGenerationKeepsTheTextAndExitsCleanly) {
         std::FILE* e = std::freopen(err.c_str(), "w", stderr);
         (void)o;
         (void)e;
-        ::execl(MINFER_BINARY, MINFER_BINARY, "-m", model.c_str(), "--ignore-eos", "-n", "-1",
-                "-c", "16384", "-p", "hi", "--no-display-prompt", "-t", "1",
-                static_cast<char*>(nullptr));
+        ::execl(MINFER_BINARY, MINFER_BINARY, "-m", model.c_str(), "--ignore-eos", "-n", "-1", "-c",
+                "16384", "-p", "hi", "--no-display-prompt", "-t", "1", static_cast<char*>(nullptr));
         ::_exit(127);
     }
     // The handler is installed once the model is loaded, before the prompt
@@ -174,11 +175,11 @@ TEST(Limits, CtrlCDuringGenerationKeepsTheTextAndExitsCleanly) {
     const std::string o = read_whole(out), e = read_whole(err);
     ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << "\n" << e;
     EXPECT_EQ(WEXITSTATUS(status), 130) << e;
-    EXPECT_GT(o.size(), 1u);            // the generated text stayed printed
-    EXPECT_EQ(o.back(), '\n');          // and the line was ended
+    EXPECT_GT(o.size(), 1u);    // the generated text stayed printed
+    EXPECT_EQ(o.back(), '\n');  // and the line was ended
     EXPECT_TRUE(has(e, "minfer: interrupted")) << e;
     const int64_t n_gen = count_after(e, "generation ");
-    EXPECT_GT(n_gen, 0) << e;          // the timing summary was printed
+    EXPECT_GT(n_gen, 0) << e;  // the timing summary was printed
     EXPECT_LT(n_gen, 16384) << e;
     EXPECT_TRUE(has(e, "t/s)")) << e;
     fs::remove(out);
@@ -237,13 +238,15 @@ TEST(Limits, ChatTurnsRunOnlyTheNewTextAlsoWithNoThink) {
     // leave the empty think block out of the history, so the second turn's
     // text was cut at the wrong place.)
     const std::string model = model_path(512);
-    auto r = run_cli("-m " + model + " -cnv -n 3 --temp 0 --ignore-eos --no-think", "Hi\nthe end\n");
+    auto r =
+        run_cli("-m " + model + " -cnv -n 3 --temp 0 --ignore-eos --no-think", "Hi\nthe end\n");
     ASSERT_EQ(r.code, 0) << r.err;
     auto file = minfer::gguf::File::open(model);
     auto tok = minfer::tokenizer::Tokenizer::from_gguf(file);
     const std::string turn1 = minfer::tokenizer::render_chatml({{"user", "Hi"}}, true, true);
     const std::string turn2 =
-        "<|im_end|>\n<|im_start|>user\nthe end<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+        "<|im_end|>\n<|im_start|>user\nthe "
+        "end<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
     const int64_t expected =
         static_cast<int64_t>(tok.encode(turn1, true).size() + tok.encode(turn2, true).size());
     EXPECT_EQ(count_after(r.err, "prompt eval "), expected) << r.err;

@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <string>
 

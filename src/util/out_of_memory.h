@@ -12,7 +12,7 @@
 namespace minfer {
 
 class OutOfMemory : public Error {
-public:
+  public:
     OutOfMemory(size_t bytes, const std::string& purpose)
         : Error("out of memory allocating " + mib(bytes) + " for " + purpose), bytes_(bytes) {}
     size_t bytes() const { return bytes_; }
@@ -23,7 +23,7 @@ public:
         return buf;
     }
 
-private:
+  private:
     size_t bytes_;
 };
 
