@@ -1,6 +1,9 @@
 // minfer [-m MODEL] -p PROMPT ...: text generation with llama.cpp's flags.
 // stdout holds only text (the prompt unless --no-display-prompt, then the
 // generation); every report goes to stderr.
+#include <signal.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +14,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "generate_flags.h"
 #include "model/model.h"
 #include "report/observe.h"
 #include "runtime/sampler.h"
@@ -24,7 +28,23 @@ namespace minfer::cli {
 namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
-void on_sigint(int) { g_interrupted = 1; }
+// The first Ctrl-C stops generation at the next token (what was generated
+// stays printed); a second one, for a process stuck in a long prompt pass,
+// exits at once.
+void on_sigint(int) {
+    if (g_interrupted) _exit(130);
+    g_interrupted = 1;
+}
+// A chat installs it without SA_RESTART, so that getline() waiting on the
+// terminal sees the interrupt (the read fails with EINTR) instead of waiting
+// for Enter; otherwise interrupted writes of the streamed text restart.
+void install_sigint_handler(bool restart) {
+    struct sigaction sa {};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = restart ? SA_RESTART : 0;
+    sigaction(SIGINT, &sa, nullptr);
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
@@ -38,25 +58,6 @@ std::string read_file(const std::string& path) {
     os << in.rdbuf();
     return os.str();
 }
-
-struct GenFlags {
-    std::string model_path = default_model_path();
-    std::string prompt;
-    std::string prompt_file;
-    int64_t n_predict = -1;
-    runtime::SamplerParams sp;
-    int64_t seed = -1;
-    bool ignore_eos = false;
-    std::vector<std::string> stops;
-    bool no_display_prompt = false;
-    bool chat = false;
-    std::string system_prompt;
-    std::string chat_template;
-    bool no_think = false;
-    bool no_special_parse = false;
-    EngineFlags eng;
-    report::ObserveFlags observe;
-};
 
 struct Timing {
     double load_s = 0;
@@ -126,42 +127,17 @@ std::string generate(runtime::Session& session, const tokenizer::Tokenizer& tok,
 
 int cmd_generate(int argc, char** argv, int first) {
     GenFlags f;
+    f.model_path = default_model_path();
     ArgParser p("minfer",
                 "Generates text from a prompt with a Qwen-family GGUF model (llama.cpp's flags).\n"
                 "With no -m it uses the built-in model, a tiny model trained on the King James Bible.");
-    p.option({"-m", "--model"}, &f.model_path, "FILE", "GGUF model");
-    p.option({"-p", "--prompt"}, &f.prompt, "TEXT", "prompt");
-    p.option({"-f", "--file"}, &f.prompt_file, "FILE", "read the prompt from a file");
-    p.option({"-n", "--n-predict"}, &f.n_predict, "N", "tokens to generate (-1 = until end of text or context)");
-    f.eng.add_to(p);
-    f.observe.add_to(p);
-    p.option({"--temp"}, &f.sp.temp, "T", "temperature (0 = greedy)");
-    p.option({"--top-k"}, &f.sp.top_k, "N", "top-k sampling (0 = off)");
-    p.option({"--top-p"}, &f.sp.top_p, "P", "top-p sampling (1.0 = off)");
-    p.option({"--min-p"}, &f.sp.min_p, "P", "min-p sampling (0.0 = off)");
-    p.option({"--repeat-penalty"}, &f.sp.repeat_penalty, "X", "penalty for repeated tokens (1.0 = off)");
-    p.option({"--repeat-last-n"}, &f.sp.repeat_last_n, "N", "window of the repeat penalty (0 = off, -1 = context)");
-    p.option({"-s", "--seed"}, &f.seed, "N", "random seed (-1 = random, printed)");
-    p.flag({"--ignore-eos"}, &f.ignore_eos, "do not stop at end-of-generation tokens");
-    p.multi({"--stop"}, &f.stops, "TEXT", "stop when the output ends with TEXT (repeatable)");
-    p.flag({"--no-display-prompt"}, &f.no_display_prompt, "do not print the prompt");
-    p.flag({"-cnv", "--chat", "--conversation"}, &f.chat, "chat: read user turns from the terminal");
-    p.option({"-sys", "--system-prompt"}, &f.system_prompt, "TEXT", "system prompt for --chat");
-    p.option({"--chat-template"}, &f.chat_template, "NAME", "chat template: chatml (default: from the model)");
-    p.flag({"--no-think"}, &f.no_think, "Qwen3: write the empty <think></think> block (thinking off)");
-    p.flag({"--no-parse-special"}, &f.no_special_parse, "treat special-token text in the prompt as plain text");
+    add_generate_flags(p, f);
     p.epilog("Examples:\n"
              "  minfer -p \"And God said\" -n 64\n"
              "  minfer -m qwen2.5-0.5b-instruct-q4_k_m.gguf -cnv -sys \"You are helpful.\"");
     if (!p.parse(argc, argv, first)) return 0;
+    check_generate_flags(f);
     if (!f.prompt_file.empty()) f.prompt = read_file(f.prompt_file);
-    if (f.sp.temp < 0) f.sp.temp = 0;
-    if (f.sp.top_p <= 0 || f.sp.top_p > 1) throw UsageError("--top-p must be in (0, 1]");
-    if (f.sp.min_p < 0 || f.sp.min_p > 1) throw UsageError("--min-p must be in [0, 1]");
-    if (f.sp.repeat_penalty <= 0) throw UsageError("--repeat-penalty must be > 0");
-    if (f.n_predict < -1) throw UsageError("-n must be -1 or >= 0");
-    if (!f.chat_template.empty() && f.chat_template != "chatml")
-        throw UsageError("unknown chat template '" + f.chat_template + "' (supported: chatml)");
     if (!f.chat && f.prompt.empty()) throw UsageError("give a prompt with -p or -f (or chat with -cnv)");
     if (f.seed < 0) f.seed = static_cast<int64_t>(std::random_device{}() & 0x7fffffff);
     f.sp.seed = static_cast<uint64_t>(f.seed);
@@ -187,7 +163,7 @@ int cmd_generate(int argc, char** argv, int first) {
                  static_cast<long long>(model.hp.n_layer), static_cast<long long>(so.n_ctx),
                  static_cast<long long>(f.seed), session.options().n_threads);
 
-    std::signal(SIGINT, on_sigint);
+    install_sigint_handler(!f.chat);
     if (!f.chat) {
         if (prompt_ids.empty()) throw Error("the prompt tokenizes to no tokens");
         if (!f.no_display_prompt) {
@@ -224,7 +200,15 @@ int cmd_generate(int argc, char** argv, int first) {
         if (line.empty()) continue;
         messages.push_back({"user", line});
         std::string full = tokenizer::render_chatml(messages, true, f.no_think);
-        std::string delta = full.substr(rendered.size());
+        // The cache holds `rendered`; only what follows it is run. Should the
+        // history ever render differently from what was run, start over
+        // rather than continue from a cache that disagrees with the text.
+        std::string delta = full;
+        if (full.compare(0, rendered.size(), rendered) == 0) {
+            delta = full.substr(rendered.size());
+        } else {
+            session.truncate(0);
+        }
         std::vector<int32_t> ids = tok.encode(delta, true);
         if (session.n_past() + static_cast<int64_t>(ids.size()) >= session.n_ctx()) {
             std::fprintf(stderr, "minfer: the conversation no longer fits in the context (%lld tokens)\n",
@@ -239,14 +223,18 @@ int cmd_generate(int argc, char** argv, int first) {
         std::string reply = generate(session, tok, sampler, std::move(logits), f.n_predict, f, timing);
         std::fputc('\n', stdout);
         std::fflush(stdout);
-        messages.push_back({"assistant", reply});
+        // With --no-think the generation prompt ended with an empty think
+        // block that the model's reply continues: it is part of the reply's
+        // history, so that the next rendering starts with what the cache holds.
+        messages.push_back({"assistant", (f.no_think ? std::string("<think>\n\n</think>\n\n") : "") + reply});
         // The cache holds the reply's tokens but not its closing <|im_end|>\n:
         // the next turn's delta starts with them.
         rendered = full + reply;
     }
+    if (g_interrupted) std::fprintf(stderr, "\nminfer: interrupted\n");
     print_timing(timing);
     f.observe.finish(session, {{"model", f.model_path}});
-    return 0;
+    return g_interrupted ? 130 : 0;
 }
 
 }  // namespace minfer::cli

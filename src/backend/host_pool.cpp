@@ -1,11 +1,15 @@
 #include "backend/host_pool.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <string>
 
 #include "util/error.h"
+#include "util/out_of_memory.h"
 
 namespace minfer::backend {
 
@@ -13,10 +17,32 @@ void HostPool::AlignedDelete::operator()(uint8_t* p) const {
     ::operator delete[](p, std::align_val_t{kAlign});
 }
 
+namespace {
+size_t physical_memory_bytes() {
+    static const size_t bytes = [] {
+        const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+        if (pages <= 0 || page <= 0) return std::numeric_limits<size_t>::max();
+        return static_cast<size_t>(pages) * static_cast<size_t>(page);
+    }();
+    return bytes;
+}
+}  // namespace
+
 BufferId HostPool::create(size_t bytes) {
     // At least one alignment unit, so every buffer has a distinct address.
     const size_t cap = std::max(bytes, kAlign);
-    auto* raw = static_cast<uint8_t*>(::operator new[](cap, std::align_val_t{kAlign}));
+    // A request the machine cannot serve (a huge context) is an input error
+    // with its size, not a std::bad_alloc from deep in the allocator. Buffers
+    // are zeroed, so every byte is committed: beyond physical memory the
+    // kernel would accept the allocation (overcommit) and then kill the
+    // process in the memset; refuse before that.
+    if (cap > physical_memory_bytes() || stats_.bytes + cap > physical_memory_bytes())
+        throw OutOfMemory(cap, "a host buffer (" + OutOfMemory::mib(stats_.bytes) +
+                                   " already allocated, " +
+                                   OutOfMemory::mib(physical_memory_bytes()) + " of RAM)");
+    auto* raw =
+        static_cast<uint8_t*>(::operator new[](cap, std::align_val_t{kAlign}, std::nothrow));
+    if (!raw) throw OutOfMemory(cap, "a host buffer");
     std::memset(raw, 0, cap);
     Buf b;
     b.mem.reset(raw);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/out_of_memory.h"
 
 namespace minfer::graph {
 
@@ -144,8 +145,14 @@ KvPair GraphAllocator::ensure_kv(int32_t layer, BackendId b, size_t bytes, const
     }
     auto& be = backend(b);
     KvPair pair;
-    pair.k = BufRef{b, be.allocate(bytes), 0, bytes};
-    pair.v = BufRef{b, be.allocate(bytes), 0, bytes};
+    try {
+        pair.k = BufRef{b, be.allocate(bytes), 0, bytes};
+        pair.v = BufRef{b, be.allocate(bytes), 0, bytes};
+    } catch (const OutOfMemory& e) {
+        throw OutOfMemory(e.bytes(), "the KV cache of layer " + std::to_string(layer) + " (2 x " +
+                                         OutOfMemory::mib(bytes) +
+                                         "); a smaller context (-c) needs less");
+    }
     persistent_.push_back({"kv." + std::to_string(layer) + ".k", pair.k});
     persistent_.push_back({"kv." + std::to_string(layer) + ".v", pair.v});
     kv_.emplace(layer, pair);
@@ -204,7 +211,12 @@ void GraphAllocator::plan_classes(const Graph& graph, Plan& p, std::vector<size_
             id = fl.back();
             fl.pop_back();
         } else {
-            id = backend(b).allocate(cls);
+            try {
+                id = backend(b).allocate(cls);
+            } catch (const OutOfMemory& e) {
+                throw OutOfMemory(e.bytes(), "the activations of one forward pass (" +
+                                                 std::to_string(bytes) + "-byte tensor)");
+            }
             p.owned.emplace_back(b, id);
         }
         buf_alive[{b, id}] = live_until;
@@ -321,7 +333,13 @@ void GraphAllocator::plan_arena(const Graph& graph, Plan& p, std::vector<size_t>
         }
         // c) One arena buffer for the plan on this backend. Its size class
         // lets a rebuild of nearly the same size recycle the previous arena.
-        const BufferId arena_id = backend(b).allocate(arena_class(arena));
+        BufferId arena_id;
+        try {
+            arena_id = backend(b).allocate(arena_class(arena));
+        } catch (const OutOfMemory& e) {
+            throw OutOfMemory(e.bytes(), "the activations of one forward pass (the " +
+                                             std::string(backend(b).name()) + " arena)");
+        }
         p.owned.emplace_back(b, arena_id);
         for (size_t i = 0; i < n; ++i)
             if (root[i] != kNone && node_backend(graph.nodes[i]) == b)

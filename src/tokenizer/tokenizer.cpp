@@ -480,7 +480,13 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
-    return Tokenizer(load_vocab(f));
+    Vocab v = load_vocab(f);  // its errors name the file already
+    try {
+        return Tokenizer(std::move(v));
+    } catch (const Error& e) {
+        // A bad vocabulary is a bad file: say which one.
+        throw Error("'" + f.path() + "': " + e.what());
+    }
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special,

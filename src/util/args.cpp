@@ -1,9 +1,11 @@
 #include "util/args.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 namespace minfer {
@@ -91,7 +93,11 @@ void ArgParser::option(std::vector<std::string> names, float* out, std::string m
     std::string n0 = names[0];
     opts_.push_back({std::move(names), std::move(metavar), std::move(help), fmt_double(*out),
                      false, [out, n0](const std::string& v) {
-                         *out = static_cast<float>(parse_double(n0, v));
+                         const double x = parse_double(n0, v);
+                         // Converting a double outside float's range is undefined.
+                         if (std::fabs(x) > std::numeric_limits<float>::max())
+                             throw UsageError("option " + n0 + ": " + v + " is out of range");
+                         *out = static_cast<float>(x);
                      }});
 }
 

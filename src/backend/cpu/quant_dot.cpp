@@ -20,6 +20,7 @@
 #define MINFER_INLINE inline __attribute__((always_inline))
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define MINFER_X86_SIMD 1
 #endif
@@ -359,8 +360,11 @@ MINFER_AVX2 float dot_q6_K_avx2(int64_t n, const void* vw, const void* va) {
 }
 
 bool has_avx2() {
+    // f16c through cpuid: clang before 16 does not know
+    // __builtin_cpu_supports("f16c") (the fuzz build uses clang 14).
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                            __builtin_cpu_supports("f16c");
+                            __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
     return yes;
 }
 #endif
