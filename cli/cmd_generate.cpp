@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <chrono>
 #include <cstdio>
@@ -196,7 +197,13 @@ int cmd_generate(int argc, char** argv, int first) {
     while (!g_interrupted) {
         std::fputs("\n> ", stderr);
         std::fflush(stderr);
-        if (!std::getline(std::cin, line)) break;
+        errno = 0;
+        if (!std::getline(std::cin, line)) {
+            // EINTR: Ctrl-C at the prompt (the handler may not have run yet
+            // where signal delivery is deferred, as under ThreadSanitizer).
+            if (errno == EINTR) g_interrupted = 1;
+            break;
+        }
         if (line.empty()) continue;
         messages.push_back({"user", line});
         std::string full = tokenizer::render_chatml(messages, true, f.no_think);
