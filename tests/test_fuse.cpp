@@ -46,7 +46,9 @@ TEST(Fuse, SwigluOrphansTheSilu) {
     EXPECT_EQ(count(g, graph::Op::SwiGLU), 2);
     auto consumers = g.n_consumers();
     for (size_t i = 0; i < g.size(); ++i) {
-        if (g.nodes[i].op == graph::Op::Silu) EXPECT_EQ(consumers[i], 0) << g.nodes[i].name;
+        if (g.nodes[i].op == graph::Op::Silu) {
+            EXPECT_EQ(consumers[i], 0) << g.nodes[i].name;
+        }
     }
 }
 
