@@ -648,3 +648,38 @@ TEST(GgufInfoCli, BadFileExitsWithOne) {
     EXPECT_EQ(run_cli("info").code, 2);  // usage error: no model
     std::remove(path.c_str());
 }
+
+// A small file must not decode into a huge amount of memory: 3 million
+// empty nested arrays take 36 MB in the file format but over 400 MB as
+// Values. The parser stops at its 256 MiB metadata budget before
+// allocating them.
+TEST(GgufBad, MetadataThatDecodesToMoreThanTheBudgetIsRefused) {
+    std::vector<uint8_t> b;
+    auto put = [&](const void* p, size_t n) {
+        const auto* c = static_cast<const uint8_t*>(p);
+        b.insert(b.end(), c, c + n);
+    };
+    auto u32 = [&](uint32_t x) { put(&x, 4); };
+    auto u64 = [&](uint64_t x) { put(&x, 8); };
+    put("GGUF", 4);
+    u32(3);
+    u64(0);  // tensors
+    u64(1);  // kv
+    u64(4);
+    put("bomb", 4);
+    u32(9);  // ARRAY
+    u32(9);  // of ARRAY
+    const uint64_t n = 3'000'000;
+    u64(n);
+    // Only the first nested arrays are present; the count alone must be refused
+    // by the budget, not by running out of bytes (so make the file big enough
+    // that the byte bound does not catch it first: 12 bytes per element).
+    b.resize(b.size() + n * 12, 0);
+    try {
+        minfer::gguf::File::parse(b.data(), b.size(), "bomb.gguf");
+        FAIL() << "expected an error";
+    } catch (const minfer::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("more than 256 MiB of memory once decoded"), std::string::npos)
+            << e.what();
+    }
+}

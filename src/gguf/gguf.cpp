@@ -93,6 +93,20 @@ class Cursor {
     size_t pos() const { return pos_; }
     size_t remaining() const { return size_ - pos_; }
 
+    // Decoded metadata takes more memory than its encoding (an 8-byte
+    // string length becomes a 32-byte std::string, a 12-byte empty nested
+    // array a whole Value), so a hostile file could make a small file cost
+    // many GiB. Every array charges its decoded size here; real models use
+    // a few tens of MiB (Qwen's 151k tokens and merges: ~15 MiB).
+    static constexpr size_t kMetadataBudget = size_t{256} << 20;
+    void charge(size_t count, size_t bytes_each, const std::string& what) {
+        const size_t bytes = count > kMetadataBudget / bytes_each ? kMetadataBudget + 1 : count * bytes_each;
+        decoded_ += bytes;
+        if (bytes > kMetadataBudget || decoded_ > kMetadataBudget)
+            fail(what + " at offset " + std::to_string(pos_) +
+                 ": the metadata would take more than 256 MiB of memory once decoded");
+    }
+
     [[noreturn]] void fail(const std::string& msg) const {
         throw Error("gguf: '" + source_ + "': " + msg);
     }
@@ -134,6 +148,7 @@ class Cursor {
     const uint8_t* data_;
     size_t size_;
     size_t pos_ = 0;
+    size_t decoded_ = 0;  // bytes charged by arrays so far
     const std::string& source_;
 };
 
@@ -212,6 +227,11 @@ Value read_array(Cursor& c, const std::string& what, int depth) {
                ", more than the " + std::to_string(c.remaining()) +
                " bytes left in the file can hold");
     const size_t count = static_cast<size_t>(n);
+    const size_t each = v.elem_type == ValueType::STRING  ? sizeof(std::string)
+                        : v.elem_type == ValueType::ARRAY ? sizeof(Value)
+                        : is_float(v.elem_type)           ? sizeof(double)
+                                                          : sizeof(int64_t);
+    c.charge(count, each, what);
     if (v.elem_type == ValueType::STRING) {
         v.arr_str.reserve(count);
         for (size_t i = 0; i < count; ++i)
