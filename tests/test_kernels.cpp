@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
@@ -203,7 +204,8 @@ TEST(CpuQuant, Q8ActivationsRoundTiesToEvenLikeGgml) {
 // bound = sum_i |w_i| e_i, plus 1e-5 * sum |w_i x_i| for the float
 // accumulation of a few hundred terms (each rounding <= 2^-24 relative).
 TEST(CpuMatMul, EveryWeightTypeMatchesDequantizedDotWithinActivationError) {
-    const int64_t K = 512, M = 9, n = 3;
+    // n = 5 tokens: from 4 tokens on the GEMM path runs where it exists.
+    const int64_t K = 512, M = 9, n = 5;
     ThreadPool pool(2);
     std::vector<float> x = random_floats(static_cast<size_t>(K * n), 7);
     x[5] = 3.0f;  // an outlier widens one block's scale
@@ -300,9 +302,60 @@ TEST(CpuMatMul, SameBitsWithOneAndTwoThreadsAndPrefillTiles) {
         cpu::matmul(&part, 1, x.data(), K, n, o1.data(), M, p1);
         cpu::matmul(&part, 1, x.data(), K, n, o2.data(), M, p2);
         EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4)) << dtype_name(t);
-        // token t alone (decode shape) gives the same bits as inside a batch
+        // token t alone (decode shape) against the same token inside a batch
         cpu::matmul(&part, 1, x.data() + 7 * K, K, 1, o3.data(), M, p2);
-        EXPECT_EQ(0, std::memcmp(o3.data(), o1.data() + 7 * M, static_cast<size_t>(M) * 4));
+        if (!cpu::gemm_supported(t, K)) {
+            EXPECT_EQ(0, std::memcmp(o3.data(), o1.data() + 7 * M, static_cast<size_t>(M) * 4));
+            continue;
+        }
+        // The batch took the GEMM path: the integer sums per group are the
+        // same, only the float accumulation order differs. Each path rounds
+        // at most K/32 + 8 times along a chain, each by <= 2^-24 of the sum
+        // of |products| (bounded with the dequantized weights and |x|, as
+        // the activation quantization changes |x| by under 1%).
+        std::vector<float> wrow(static_cast<size_t>(K));
+        for (int64_t m = 0; m < M; ++m) {
+            tensor::dequantize_row(t, w.view.row(m), wrow.data(), K);
+            double mag = 0;
+            for (int64_t i = 0; i < K; ++i) mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(7 * K + i)]);
+            EXPECT_NEAR(o3[size_t(m)], o1[size_t(7 * M + m)], 2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                << dtype_name(t) << " m=" << m;
+        }
+    }
+}
+
+TEST(CpuMatMul, GemmPathEqualsTokenByTokenDots) {
+    // Every GEMM weight type, a fused 3-part matmul with a partial 16-row
+    // tile, 4..9 tokens (full and partial 4-token micro-tiles): each output
+    // equals the vec_dot path of that token alone, within the float-order
+    // bound argued above.
+    const int64_t K = 512;
+    for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+        if (!cpu::gemm_supported(t, K)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+        Weight a = make_weight(t, K, 21, 1), b = make_weight(t, K, 6, 2), c = make_weight(t, K, 6, 3);
+        const cpu::MatMulPart parts[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 27}};
+        const int64_t M = 33;
+        for (int64_t n : {4, 9}) {
+            std::vector<float> x = random_floats(static_cast<size_t>(K * n), 17 + uint32_t(n));
+            std::vector<float> batch(static_cast<size_t>(M * n)), one(static_cast<size_t>(M));
+            ThreadPool pool(2);
+            cpu::matmul(parts, 3, x.data(), K, n, batch.data(), M, pool);
+            std::vector<float> wrow(static_cast<size_t>(K));
+            for (int64_t tok = 0; tok < n; ++tok) {
+                cpu::matmul(parts, 3, x.data() + tok * K, K, 1, one.data(), M, pool);
+                for (int64_t m = 0; m < M; ++m) {
+                    const Weight& w = m < 21 ? a : m < 27 ? b : c;
+                    const int64_t r = m < 21 ? m : m < 27 ? m - 21 : m - 27;
+                    tensor::dequantize_row(t, w.view.row(r), wrow.data(), K);
+                    double mag = 0;
+                    for (int64_t i = 0; i < K; ++i)
+                        mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
+                    EXPECT_NEAR(batch[size_t(tok * M + m)], one[size_t(m)],
+                                2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                        << dtype_name(t) << " n=" << n << " t=" << tok << " m=" << m;
+                }
+            }
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "util/error.h"
@@ -21,6 +22,10 @@ constexpr int64_t kTokenBlock = 32;
 // Below this many activation elements the caller quantizes alone (a decode
 // row of a few thousand floats takes well under a microsecond).
 constexpr int64_t kParallelQuantizeMin = 1 << 15;
+// From this many tokens on, weight types with a GEMM kernel take it: the
+// unpacking of a weight tile costs about as much as a few tokens' dots.
+constexpr int64_t kGemmMinTokens = 4;
+constexpr int64_t kGemmRowBlock = 16;
 }  // namespace
 
 void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride,
@@ -59,14 +64,29 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
         M += w->ne[1];
     }
 
+    // The GEMM path when every part has one (fused QKV parts share a type).
+    bool gemm = n_tokens >= kGemmMinTokens;
+    for (int p = 0; p < n_parts && gemm; ++p) gemm = gemm_supported(info[p].w->type, K);
+    const size_t gemm_row = gemm_act_row_bytes(K);
+    size_t gemm_offset[kMaxParts] = {};
+    if (gemm) {
+        for (int a = 0; a < n_act; ++a) {
+            gemm_offset[a] = act_bytes;
+            act_bytes += (gemm_row * static_cast<size_t>(n_tokens) + 63) / 64 * 64;
+        }
+    }
+
     // 1. Activations, once, in every format the weights need.
     auto* act = static_cast<uint8_t*>(pool.scratch(pool.size(), act_bytes));
     auto quantize_tokens = [&](int64_t t0, int64_t t1) {
         for (int a = 0; a < n_act; ++a)
-            for (int64_t t = t0; t < t1; ++t)
-                quantize_act_row(act_types[a], x + t * x_stride,
-                                 act + act_offset[a] + static_cast<size_t>(t) * act_row_bytes[a],
-                                 K);
+            for (int64_t t = t0; t < t1; ++t) {
+                uint8_t* row = act + act_offset[a] + static_cast<size_t>(t) * act_row_bytes[a];
+                quantize_act_row(act_types[a], x + t * x_stride, row, K);
+                if (gemm)
+                    gemm_pack_act(act_types[a], row, K,
+                                  act + gemm_offset[a] + static_cast<size_t>(t) * gemm_row);
+            }
     };
     if (pool.size() == 1 || n_tokens * K < kParallelQuantizeMin || n_tokens < 2) {
         quantize_tokens(0, n_tokens);
@@ -76,6 +96,36 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
             const int64_t t0 = std::min(n_tokens, per * ith);
             quantize_tokens(t0, std::min(n_tokens, t0 + per));
         });
+    }
+
+    if (gemm) {
+        // 2'. Row tiles x all tokens: each tile is unpacked once.
+        const int64_t n_rt = (M + kGemmRowBlock - 1) / kGemmRowBlock;
+        std::atomic<int64_t> next_rt{0};
+        auto gemm_work = [&](int ith, int) {
+            void* scratch = pool.scratch(ith, gemm_scratch_bytes(K, kGemmRowBlock));
+            for (int64_t tile = next_rt.fetch_add(1, std::memory_order_relaxed); tile < n_rt;
+                 tile = next_rt.fetch_add(1, std::memory_order_relaxed)) {
+                const int64_t r0 = tile * kGemmRowBlock, r1 = std::min(M, r0 + kGemmRowBlock);
+                // Split the tile at part boundaries.
+                for (int p = 0; p < n_parts; ++p) {
+                    const PartInfo& pi = info[p];
+                    const int64_t b0 = std::max(r0, pi.row_begin);
+                    const int64_t b1 = std::min(r1, pi.row_begin + pi.w->ne[1]);
+                    if (b0 >= b1) continue;
+                    gemm_rows(pi.w->type, static_cast<const uint8_t*>(pi.w->data),
+                              pi.w->row_bytes(), K, b0 - pi.row_begin, b1 - pi.row_begin,
+                              act + gemm_offset[pi.act], gemm_row, n_tokens,
+                              out + pi.out_col + (b0 - pi.row_begin), out_stride, scratch);
+                }
+            }
+        };
+        if (pool.size() == 1 || n_rt == 1) {
+            gemm_work(0, 1);
+        } else {
+            pool.run(gemm_work);
+        }
+        return;
     }
 
     // 2. Dot products over tiles.

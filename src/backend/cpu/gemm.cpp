@@ -1,0 +1,331 @@
+#include "backend/cpu/gemm.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "tensor/blocks.h"
+#include "util/error.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_*
+// placeholders of permutes and conversions) once they are inlined here.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#define MINFER_GEMM_X86 1
+#endif
+
+namespace minfer::cpu {
+
+using namespace tensor;
+
+namespace {
+
+constexpr int64_t kGroup = 16;  // elements per scale in the common form
+
+struct RowsForm {  // n rows of K in the common form, inside one scratch buffer
+    int8_t* v;     // [n][K]
+    float* s;      // [n][K/16]  scale of each group of 16
+    float* m;      // [n][K/16]  min / 4 of each group (K-quants with mins), else unused
+};
+
+RowsForm rows_form(void* scratch, int64_t K, int64_t n) {
+    auto* p = static_cast<uint8_t*>(scratch);
+    RowsForm f;
+    f.v = reinterpret_cast<int8_t*>(p);
+    f.s = reinterpret_cast<float*>(p + n * K);
+    f.m = f.s + n * (K / kGroup);
+    return f;
+}
+
+bool has_mins(DType t) {
+    return t == DType::Q4_K || t == DType::Q5_K;
+}
+
+// ---- unpackers: one weight row -> int8 values, scale per 16, min/4 per 16 ----
+
+void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, float* s, float* m) {
+    switch (t) {
+        case DType::Q8_0: {
+            const auto* x = reinterpret_cast<const block_q8_0*>(row);
+            for (int64_t b = 0; b < K / 32; ++b) {
+                std::memcpy(v + 32 * b, x[b].qs, 32);
+                s[2 * b] = s[2 * b + 1] = fp16_to_fp32(x[b].d);
+            }
+            return;
+        }
+        case DType::Q4_0: {
+            const auto* x = reinterpret_cast<const block_q4_0*>(row);
+            for (int64_t b = 0; b < K / 32; ++b) {
+                for (int j = 0; j < 16; ++j) {
+                    v[32 * b + j] = static_cast<int8_t>((x[b].qs[j] & 0xF) - 8);
+                    v[32 * b + j + 16] = static_cast<int8_t>((x[b].qs[j] >> 4) - 8);
+                }
+                s[2 * b] = s[2 * b + 1] = fp16_to_fp32(x[b].d);
+            }
+            return;
+        }
+        case DType::Q5_0: {
+            const auto* x = reinterpret_cast<const block_q5_0*>(row);
+            for (int64_t b = 0; b < K / 32; ++b) {
+                uint32_t qh;
+                std::memcpy(&qh, x[b].qh, 4);
+                for (int j = 0; j < 16; ++j) {
+                    const int h0 = static_cast<int>(((qh >> j) << 4) & 0x10);
+                    const int h1 = static_cast<int>((qh >> (j + 12)) & 0x10);
+                    v[32 * b + j] = static_cast<int8_t>(((x[b].qs[j] & 0xF) | h0) - 16);
+                    v[32 * b + j + 16] = static_cast<int8_t>(((x[b].qs[j] >> 4) | h1) - 16);
+                }
+                s[2 * b] = s[2 * b + 1] = fp16_to_fp32(x[b].d);
+            }
+            return;
+        }
+        case DType::Q4_K:
+        case DType::Q5_K: {
+            const bool q5 = t == DType::Q5_K;
+            const size_t bsz = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+            for (int64_t b = 0; b < K / QK_K; ++b) {
+                const uint8_t* blk = row + static_cast<size_t>(b) * bsz;
+                f16_t hd, hm;
+                std::memcpy(&hd, blk, 2);
+                std::memcpy(&hm, blk + 2, 2);
+                const uint8_t* sc = blk + 4;
+                const uint8_t* qh = q5 ? blk + 4 + K_SCALE_SIZE : nullptr;
+                const uint8_t* qs = blk + 4 + K_SCALE_SIZE + (q5 ? QK_K / 8 : 0);
+                const float d = fp16_to_fp32(hd), dmin = fp16_to_fp32(hm);
+                int8_t* vb = v + QK_K * b;
+                for (int j = 0; j < 4; ++j) {
+                    const uint8_t* q = qs + 32 * j;
+                    const uint8_t m1 = static_cast<uint8_t>(1u << (2 * j)),
+                                  m2 = static_cast<uint8_t>(2u << (2 * j));
+                    for (int l = 0; l < 32; ++l) {
+                        int lo = q[l] & 0xF, hi = q[l] >> 4;
+                        if (q5) {
+                            lo += (qh[l] & m1) ? 16 : 0;
+                            hi += (qh[l] & m2) ? 16 : 0;
+                        }
+                        vb[64 * j + l] = static_cast<int8_t>(lo);
+                        vb[64 * j + 32 + l] = static_cast<int8_t>(hi);
+                    }
+                }
+                for (int j = 0; j < 8; ++j) {
+                    uint8_t scj, mj;
+                    if (j < 4) {
+                        scj = sc[j] & 63;
+                        mj = sc[j + 4] & 63;
+                    } else {
+                        scj = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+                        mj = static_cast<uint8_t>((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+                    }
+                    const int64_t g = 16 * b + 2 * j;
+                    s[g] = s[g + 1] = d * static_cast<float>(scj);
+                    m[g] = m[g + 1] = -dmin * static_cast<float>(mj) * 0.25f;
+                }
+            }
+            return;
+        }
+        case DType::Q6_K: {
+            const auto* x = reinterpret_cast<const block_q6_K*>(row);
+            for (int64_t b = 0; b < K / QK_K; ++b) {
+                int8_t* a = v + QK_K * b;
+                const uint8_t* ql = x[b].ql;
+                const uint8_t* qh = x[b].qh;
+                for (int half = 0; half < 2; ++half) {
+                    for (int l = 0; l < 32; ++l) {
+                        a[l] = static_cast<int8_t>(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                        a[l + 32] =
+                            static_cast<int8_t>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                        a[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                        a[l + 96] =
+                            static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+                    }
+                    a += 128;
+                    ql += 64;
+                    qh += 32;
+                }
+                const float d = fp16_to_fp32(x[b].d);
+                for (int g = 0; g < 16; ++g) s[16 * b + g] = d * static_cast<float>(x[b].scales[g]);
+            }
+            return;
+        }
+        default:
+            MINFER_ASSERT_MSG(false, "gemm: no unpacker for this type");
+    }
+}
+
+#ifdef MINFER_GEMM_X86
+#define MINFER_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma,f16c")))
+
+bool has_vnni() {
+    static const bool yes = __builtin_cpu_supports("avx512f") &&
+                            __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl") &&
+                            __builtin_cpu_supports("avx512dq") &&
+                            __builtin_cpu_supports("avx512vnni");
+    return yes;
+}
+
+// R weight rows x T tokens over K: 64 elements per step. vpdpbusd takes
+// the activations unsigned (q ^ 0x80 = q + 128) and the weights signed; the
+// accumulator starts at -128 * (sum of the 4 weights of the lane), so each
+// lane ends with the exact signed sum of 4 products. Lane groups of 4 share
+// one 16-element group: cvt, times the weight and activation scales, FMA
+// into float accumulators (ggml's per-block float step).
+template <int R, int T, bool kMins>
+MINFER_VNNI void micro(const RowsForm& wf, int64_t r, int64_t K, const uint8_t* act,
+                       size_t act_stride, int64_t t, float* out, int64_t out_stride) {
+    const int64_t ng = K / kGroup;
+    const __m512i idx4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512 acc[R][T];
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
+    const int8_t* wv[R];
+    const float* ws[R];
+    const float* wm[R];
+    for (int i = 0; i < R; ++i) {
+        wv[i] = wf.v + (r + i) * K;
+        ws[i] = wf.s + (r + i) * ng;
+        wm[i] = wf.m + (r + i) * ng;
+    }
+    const uint8_t* av[T];
+    const float* ad[T];
+    const float* ab[T];
+    for (int j = 0; j < T; ++j) {
+        av[j] = act + static_cast<size_t>(t + j) * act_stride;
+        ad[j] = reinterpret_cast<const float*>(av[j] + K);
+        ab[j] = ad[j] + ng;
+    }
+    for (int64_t k = 0; k < K; k += 64) {
+        const int64_t g = k / kGroup;
+        __m512i w[R], init[R];
+        __m512 dw[R], mw[R];
+        for (int i = 0; i < R; ++i) {
+            w[i] = _mm512_loadu_si512(wv[i] + k);
+            init[i] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, w[i]));
+            dw[i] = _mm512_permutexvar_ps(idx4, _mm512_zextps128_ps512(_mm_loadu_ps(ws[i] + g)));
+            if constexpr (kMins)
+                mw[i] = _mm512_permutexvar_ps(idx4, _mm512_zextps128_ps512(_mm_loadu_ps(wm[i] + g)));
+        }
+        for (int j = 0; j < T; ++j) {
+            const __m512i a = _mm512_loadu_si512(av[j] + k);
+            const __m512 da =
+                _mm512_permutexvar_ps(idx4, _mm512_zextps128_ps512(_mm_loadu_ps(ad[j] + g)));
+            __m512 bs;
+            if constexpr (kMins)
+                bs = _mm512_permutexvar_ps(idx4, _mm512_zextps128_ps512(_mm_loadu_ps(ab[j] + g)));
+            for (int i = 0; i < R; ++i) {
+                const __m512i isum = _mm512_dpbusd_epi32(init[i], a, w[i]);
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw[i], da),
+                                            acc[i][j]);
+                if constexpr (kMins) acc[i][j] = _mm512_fmadd_ps(mw[i], bs, acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < T; ++j)
+            out[(t + j) * out_stride + r + i] = _mm512_reduce_add_ps(acc[i][j]);
+}
+
+using MicroFn = void (*)(const RowsForm&, int64_t, int64_t, const uint8_t*, size_t, int64_t, float*,
+                         int64_t);
+
+template <bool kMins, int R, int... Ts>
+constexpr std::array<MicroFn, 4> row_of(std::integer_sequence<int, Ts...>) {
+    return {&micro<R, Ts + 1, kMins>...};
+}
+template <bool kMins>
+constexpr std::array<std::array<MicroFn, 4>, 4> table() {
+    constexpr auto s = std::make_integer_sequence<int, 4>{};
+    return {row_of<kMins, 1>(s), row_of<kMins, 2>(s), row_of<kMins, 3>(s), row_of<kMins, 4>(s)};
+}
+constexpr auto kMicro = table<false>();
+constexpr auto kMicroMins = table<true>();
+#endif
+
+}  // namespace
+
+bool gemm_supported(DType t, int64_t K) {
+#ifdef MINFER_GEMM_X86
+    if (!has_vnni() || K % 64 != 0) return false;
+    switch (t) {
+        case DType::Q8_0:
+        case DType::Q4_0:
+        case DType::Q5_0:
+            return true;
+        case DType::Q4_K:
+        case DType::Q5_K:
+        case DType::Q6_K:
+            return K % QK_K == 0;
+        default:
+            return false;
+    }
+#else
+    (void)t;
+    (void)K;
+    return false;
+#endif
+}
+
+size_t gemm_act_row_bytes(int64_t K) {
+    return static_cast<size_t>(K) + 2 * static_cast<size_t>(K / kGroup) * sizeof(float);
+}
+
+void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
+    auto* q = static_cast<uint8_t*>(out);
+    auto* d = reinterpret_cast<float*>(q + K);
+    float* bs = d + K / kGroup;
+    if (act == DType::Q8_0) {
+        const auto* x = static_cast<const block_q8_0*>(row);
+        for (int64_t b = 0; b < K / 32; ++b) {
+            for (int j = 0; j < 32; ++j) q[32 * b + j] = static_cast<uint8_t>(x[b].qs[j]) ^ 0x80;
+            d[2 * b] = d[2 * b + 1] = fp16_to_fp32(x[b].d);
+            bs[2 * b] = bs[2 * b + 1] = 0.0f;
+        }
+    } else {
+        MINFER_ASSERT(act == DType::Q8_K);
+        const auto* x = static_cast<const block_q8_K*>(row);
+        for (int64_t b = 0; b < K / QK_K; ++b) {
+            for (int j = 0; j < QK_K; ++j)
+                q[QK_K * b + j] = static_cast<uint8_t>(x[b].qs[j]) ^ 0x80;
+            for (int g = 0; g < 16; ++g) {
+                d[16 * b + g] = x[b].d;
+                bs[16 * b + g] = x[b].d * static_cast<float>(x[b].bsums[g]);
+            }
+        }
+    }
+}
+
+size_t gemm_scratch_bytes(int64_t K, int64_t n_rows) {
+    return static_cast<size_t>(n_rows) * (static_cast<size_t>(K) + 2 * sizeof(float) *
+                                                                        static_cast<size_t>(K / kGroup));
+}
+
+void gemm_rows(DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t r0, int64_t r1,
+               const uint8_t* act, size_t act_stride, int64_t n_tokens, float* out,
+               int64_t out_stride, void* scratch) {
+#ifdef MINFER_GEMM_X86
+    const int64_t n = r1 - r0;
+    RowsForm f = rows_form(scratch, K, n);
+    for (int64_t i = 0; i < n; ++i)
+        unpack_row(wtype, w + static_cast<size_t>(r0 + i) * w_row_bytes, K, f.v + i * K,
+                   f.s + i * (K / kGroup), f.m + i * (K / kGroup));
+    const auto& tab = has_mins(wtype) ? kMicroMins : kMicro;
+    for (int64_t t = 0; t < n_tokens; t += 4) {
+        const int T = static_cast<int>(std::min<int64_t>(4, n_tokens - t));
+        for (int64_t r = 0; r < n; r += 4) {
+            const int R = static_cast<int>(std::min<int64_t>(4, n - r));
+            tab[R - 1][T - 1](f, r, K, act, act_stride, t, out, out_stride);
+        }
+    }
+#else
+    (void)wtype, (void)w, (void)w_row_bytes, (void)K, (void)r0, (void)r1, (void)act,
+        (void)act_stride, (void)n_tokens, (void)out, (void)out_stride, (void)scratch;
+    MINFER_ASSERT_MSG(false, "gemm_rows without AVX-512 VNNI");
+#endif
+}
+
+}  // namespace minfer::cpu
