@@ -33,11 +33,14 @@ void parallel_ranges(ThreadPool& pool, int64_t n_items, int64_t elems_per_item, 
         fn(int64_t{0}, n_items);
         return;
     }
-    pool.run([&](int ith, int nth) {
-        const int64_t per = (n_items + nth - 1) / nth;
-        const int64_t i0 = std::min(n_items, per * ith);
-        const int64_t i1 = std::min(n_items, i0 + per);
-        if (i0 < i1) fn(i0, i1);
+    // Chunks of at least kParallelMinElements / 2 elements, about 4 per
+    // thread, taken by whichever threads are awake.
+    const int64_t min_items = std::max<int64_t>(1, kParallelMinElements / 2 / std::max<int64_t>(1, elems_per_item));
+    const int64_t per = std::max(min_items, (n_items + 4 * pool.size() - 1) / (4 * pool.size()));
+    const int64_t n_chunks = (n_items + per - 1) / per;
+    pool.run_chunks(n_chunks, [&](int, int64_t c) {
+        const int64_t i0 = c * per;
+        fn(i0, std::min(n_items, i0 + per));
     });
 }
 
@@ -210,10 +213,12 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
     MINFER_ASSERT(f16 || m.kv_type == DType::F32);
     const int64_t n_items = n * n_head;
 
-    pool.run([&](int ith, int nth) {
-        const int64_t per = (n_items + nth - 1) / nth;
-        const int64_t it0 = std::min(n_items, per * ith), it1 = std::min(n_items, it0 + per);
-        if (it0 >= it1) return;
+    // Items (token, head) in chunks of a few heads: a chunk's heads share
+    // K/V rows of one group where they can.
+    const int64_t per = std::max<int64_t>(1, std::min<int64_t>(group, n_items / (4 * pool.size())));
+    const int64_t n_chunks = (n_items + per - 1) / per;
+    pool.run_chunks(n_chunks, [&](int ith, int64_t c) {
+        const int64_t it0 = c * per, it1 = std::min(n_items, it0 + per);
         // scores [max_pos + 1], and for f16 caches a q and a k/v row as floats
         auto* s = static_cast<float*>(pool.scratch(
             ith, (static_cast<size_t>(max_pos) + 1 + 2 * static_cast<size_t>(hd)) * 4));

@@ -91,21 +91,18 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
     if (pool.size() == 1 || n_tokens * K < kParallelQuantizeMin || n_tokens < 2) {
         quantize_tokens(0, n_tokens);
     } else {
-        pool.run([&](int ith, int nth) {
-            const int64_t per = (n_tokens + nth - 1) / nth;
-            const int64_t t0 = std::min(n_tokens, per * ith);
-            quantize_tokens(t0, std::min(n_tokens, t0 + per));
+        const int64_t per = std::max<int64_t>(1, (n_tokens + 4 * pool.size() - 1) / (4 * pool.size()));
+        pool.run_chunks((n_tokens + per - 1) / per, [&](int, int64_t c) {
+            quantize_tokens(c * per, std::min(n_tokens, c * per + per));
         });
     }
 
     if (gemm) {
         // 2'. Row tiles x all tokens: each tile is unpacked once.
         const int64_t n_rt = (M + kGemmRowBlock - 1) / kGemmRowBlock;
-        std::atomic<int64_t> next_rt{0};
-        auto gemm_work = [&](int ith, int) {
+        auto gemm_work = [&](int ith, int64_t tile) {
             void* scratch = pool.scratch(ith, gemm_scratch_bytes(K, kGemmRowBlock));
-            for (int64_t tile = next_rt.fetch_add(1, std::memory_order_relaxed); tile < n_rt;
-                 tile = next_rt.fetch_add(1, std::memory_order_relaxed)) {
+            {
                 const int64_t r0 = tile * kGemmRowBlock, r1 = std::min(M, r0 + kGemmRowBlock);
                 // Split the tile at part boundaries.
                 for (int p = 0; p < n_parts; ++p) {
@@ -120,11 +117,7 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
                 }
             }
         };
-        if (pool.size() == 1 || n_rt == 1) {
-            gemm_work(0, 1);
-        } else {
-            pool.run(gemm_work);
-        }
+        pool.run_chunks(n_rt, gemm_work);
         return;
     }
 
@@ -133,10 +126,8 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
     const int64_t n_tb = (n_tokens + tb - 1) / tb;
     const int64_t n_rb = (M + kRowBlock - 1) / kRowBlock;
     const int64_t n_tiles = n_rb * n_tb;
-    std::atomic<int64_t> next{0};
-    auto work = [&](int, int) {
-        for (int64_t tile = next.fetch_add(1, std::memory_order_relaxed); tile < n_tiles;
-             tile = next.fetch_add(1, std::memory_order_relaxed)) {
+    auto work = [&](int, int64_t tile) {
+        {
             const int64_t r0 = (tile / n_tb) * kRowBlock, r1 = std::min(M, r0 + kRowBlock);
             const int64_t t0 = (tile % n_tb) * tb, t1 = std::min(n_tokens, t0 + tb);
             int p = 0;
@@ -153,11 +144,7 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
             }
         }
     };
-    if (pool.size() == 1 || n_tiles == 1) {
-        work(0, 1);
-    } else {
-        pool.run(work);
-    }
+    pool.run_chunks(n_tiles, work);
 }
 
 }  // namespace minfer::cpu

@@ -358,6 +358,38 @@ MINFER_AVX2 float dot_q6_K_avx2(int64_t n, const void* vw, const void* va) {
     return hsum_avx2(acc);
 }
 
+// Q5_0 x Q8_0 with AVX2 (ggml's x86 path): nibbles to 32 bytes, the 5th
+// bits to a byte mask; a clear 5th bit ORs 0xF0 in, which makes the byte
+// (q - 16) as int8 directly. Then |x| * sign(y, x) by maddubs as for Q8_0.
+MINFER_AVX2 inline __m256i q5_0_bytes_avx2(const block_q5_0& b) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    __m256i q = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    q = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    __m256i bits = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuf);
+    bits = _mm256_or_si256(bits, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    const __m256i set = _mm256_cmpeq_epi8(bits, _mm256_set1_epi64x(-1));
+    return _mm256_or_si256(q, _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0))));
+}
+
+MINFER_AVX2 float dot_q5_0_avx2(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q5_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK5_0; ++ib) {
+        const __m256i qx = q5_0_bytes_avx2(x[ib]);
+        const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[ib].qs));
+        const __m256i p16 =
+            _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[ib].d) * _cvtsh_ss(y[ib].d)), p, acc);
+    }
+    return hsum_avx2(acc);
+}
+
 bool has_avx2() {
     static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                             __builtin_cpu_supports("f16c");
@@ -658,6 +690,9 @@ VecDotFn vec_dot_fn(DType w) {
         case DType::Q4_1:
             return dot_q4_1;
         case DType::Q5_0:
+#ifdef MINFER_X86_SIMD
+            if (has_avx2()) return dot_q5_0_avx2;
+#endif
             return dot_q5_0;
         case DType::Q5_1:
             return dot_q5_1;
