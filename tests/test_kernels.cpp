@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "backend/cpu/attn.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
@@ -335,7 +337,7 @@ TEST(CpuMatMul, GemmPathEqualsTokenByTokenDots) {
         Weight a = make_weight(t, K, 21, 1), b = make_weight(t, K, 6, 2), c = make_weight(t, K, 6, 3);
         const cpu::MatMulPart parts[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 27}};
         const int64_t M = 33;
-        for (int64_t n : {4, 9}) {
+        for (int64_t n : {4, 9, 19}) {
             std::vector<float> x = random_floats(static_cast<size_t>(K * n), 17 + uint32_t(n));
             std::vector<float> batch(static_cast<size_t>(M * n)), one(static_cast<size_t>(M));
             ThreadPool pool(2);
@@ -737,5 +739,51 @@ TEST(CpuFusion, FusedQkvEpilogueEqualsUnfusedChainBitForBit) {
         bool any = false;
         for (float f : Kf) any |= f != 0.0f;
         EXPECT_TRUE(any);
+    }
+}
+
+TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
+    // 37 cached rows (two full 16-blocks and a masked tail), GQA 7:1 and
+    // 1:1, head_dim 64 and 128. The SIMD path differs from the scalar loop
+    // only by float order and its exp (<= ~2 ulp): 2e-5 absolute for
+    // values in [-1, 1]. With an f16 cache, a probability may round to the
+    // neighbouring f16 (2^-11 relative) when its float differs in the last
+    // bits: <= 37 * 2^-11 * |p| * |v| summed, 1e-3 absolute.
+    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no AVX-512";
+    const int64_t n_kv = 37;
+    for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}}) {
+        for (DType kvt : {DType::F32, DType::F16}) {
+            SCOPED_TRACE(std::string(dtype_name(kvt)) + " hd=" + std::to_string(s.hd));
+            const int64_t kv = int64_t{s.n_head_kv} * s.hd, nq = int64_t{s.n_head} * s.hd;
+            auto k_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 31);
+            auto v_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 32);
+            std::vector<uint16_t> k16(k_all.size()), v16(v_all.size());
+            for (size_t i = 0; i < k_all.size(); ++i) {
+                k16[i] = fp32_to_fp16(k_all[i]);
+                v16[i] = fp32_to_fp16(v_all[i]);
+            }
+            const bool f16 = kvt == DType::F16;
+            void* K = f16 ? static_cast<void*>(k16.data()) : k_all.data();
+            void* V = f16 ? static_cast<void*>(v16.data()) : v_all.data();
+            auto q = random_floats(static_cast<size_t>(nq * 2), 33);
+            std::vector<int32_t> pos = {int32_t(n_kv - 2), int32_t(n_kv - 1)};
+            Node node = make_node(Op::Attn, {nq, 2, 1, 1});
+            node.meta = s.meta();
+            node.meta.kv_type = kvt;
+            std::vector<float> fast(static_cast<size_t>(nq * 2)), slow(fast.size());
+            NodeData d{{q.data(), nullptr, pos.data()},
+                       fast.data(),
+                       K,
+                       V,
+                       {{nq, 2, 1, 1}, {kv, s.n_ctx, 1, 1}, {2, 1, 1, 1}}};
+            ThreadPool pool(2);
+            cpu::run_node(node, d, pool);
+            setenv("MINFER_SCALAR_ATTN", "1", 1);
+            d.out = slow.data();
+            cpu::run_node(node, d, pool);
+            unsetenv("MINFER_SCALAR_ATTN");
+            for (size_t i = 0; i < fast.size(); ++i)
+                EXPECT_NEAR(fast[i], slow[i], f16 ? 1e-3 : 2e-5) << "i=" << i;
+        }
     }
 }

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "backend/cpu/attn.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "util/error.h"
@@ -193,6 +195,11 @@ void op_kv_store(const Node& node, const NodeData& data, ThreadPool&) {
     }
 }
 
+bool scalar_attn_forced() {
+    const char* e = std::getenv("MINFER_SCALAR_ATTN");
+    return e != nullptr && e[0] == '1';
+}
+
 void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
     const auto& m = node.meta;
     const int64_t n = node.ne[1], hd = m.head_dim, n_head = m.n_head, n_head_kv = m.n_head_kv;
@@ -212,6 +219,8 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
     const bool f16 = m.kv_type == DType::F16;
     MINFER_ASSERT(f16 || m.kv_type == DType::F32);
     const int64_t n_items = n * n_head;
+    // MINFER_SCALAR_ATTN=1 keeps the scalar reference loop (tests compare).
+    const bool simd = attn_simd_supported(hd) && !scalar_attn_forced();
 
     // Items (token, head) in chunks of a few heads: a chunk's heads share
     // K/V rows of one group where they can.
@@ -229,6 +238,10 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
             const int64_t n_kv = int64_t{pos[t]} + 1;  // causal: positions 0..pos
             const float* qh = q + t * q_stride + h * hd;
             float* o = out + t * node.ne[0] + h * hd;
+            if (simd) {
+                attn_head_simd(f16, qh, data.k, data.v, kv_row, kvh * hd, n_kv, hd, scale, s, o);
+                continue;
+            }
             // Scores: ggml's mul_mat(k, q) then soft_max_ext(scale). An f16
             // cache makes ggml convert q to f16 first (vec_dot_type of f16).
             if (f16) {
