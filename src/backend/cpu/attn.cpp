@@ -9,6 +9,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #define MINFER_ATTN_X86 1
+#include "backend/cpu/simd_exp.h"
 #endif
 
 namespace minfer::cpu {
@@ -16,32 +17,12 @@ namespace minfer::cpu {
 #ifdef MINFER_ATTN_X86
 namespace {
 
-#define MINFER_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
 
 bool has_avx512() {
     static const bool yes = __builtin_cpu_supports("avx512f") &&
                             __builtin_cpu_supports("avx512bw") &&
                             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     return yes;
-}
-
-// exp(x) for x <= 0: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by its degree-6
-// Taylor polynomial (truncation <= 1.3e-7 relative, about one ulp), times
-// 2^n by scalef (which also underflows to 0 for very negative x).
-MINFER_AVX512 inline __m512 exp_ps(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
 }
 
 MINFER_AVX512 inline __m512 load16(bool f16, const void* base, int64_t i) {
@@ -89,14 +70,14 @@ MINFER_AVX512 void attn_head_avx512(bool f16, const float* q, const void* k, con
     const __m512 vm = _mm512_set1_ps(m);
     j = 0;
     for (; j + 16 <= n_kv; j += 16) {
-        const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+        const __m512 e = simd::exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
         _mm512_storeu_ps(s + j, e);
         sum += static_cast<double>(_mm512_reduce_add_ps(e));
     }
     if (j < n_kv) {
         const __mmask16 mask = static_cast<__mmask16>((1u << (n_kv - j)) - 1);
         const __m512 e = _mm512_maskz_mov_ps(
-            mask, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + j), vm)));
+            mask, simd::exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + j), vm)));
         _mm512_mask_storeu_ps(s + j, mask, e);
         sum += static_cast<double>(_mm512_reduce_add_ps(e));
     }

@@ -54,9 +54,31 @@ bool has_mins(DType t) {
     return t == DType::Q4_K || t == DType::Q5_K;
 }
 
-// ---- unpackers: one weight row -> int8 values, scale per 16, min/4 per 16 ----
+#ifdef MINFER_GEMM_X86
+#define MINFER_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma,f16c")))
+#else
+#define MINFER_VNNI
+#endif
 
-void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, float* s, float* m) {
+// ---- unpackers: one weight row -> int8 values, scale per 16, min/4 per 16 ----
+// Compiled for the GEMM's target so the byte loops vectorize; the Q5_0
+// one is written with intrinsics (its bit gather does not).
+
+#ifdef MINFER_GEMM_X86
+MINFER_VNNI inline void unpack_q5_0_block(const block_q5_0& b, int8_t* v) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    q = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    // Bit i of qh is the 5th bit of element i: as a mask register, directly.
+    const __m256i hi = _mm256_maskz_mov_epi8(static_cast<__mmask32>(qh), _mm256_set1_epi8(0x10));
+    q = _mm256_sub_epi8(_mm256_or_si256(q, hi), _mm256_set1_epi8(16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(v), q);
+}
+#endif
+
+MINFER_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, float* s, float* m) {
     switch (t) {
         case DType::Q8_0: {
             const auto* x = reinterpret_cast<const block_q8_0*>(row);
@@ -79,6 +101,13 @@ void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, float* s, flo
         }
         case DType::Q5_0: {
             const auto* x = reinterpret_cast<const block_q5_0*>(row);
+#ifdef MINFER_GEMM_X86
+            for (int64_t b = 0; b < K / 32; ++b) {
+                unpack_q5_0_block(x[b], v + 32 * b);
+                s[2 * b] = s[2 * b + 1] = fp16_to_fp32(x[b].d);
+            }
+            return;
+#endif
             for (int64_t b = 0; b < K / 32; ++b) {
                 uint32_t qh;
                 std::memcpy(&qh, x[b].qh, 4);
@@ -106,7 +135,14 @@ void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, float* s, flo
                 const uint8_t* qs = blk + 4 + K_SCALE_SIZE + (q5 ? QK_K / 8 : 0);
                 const float d = fp16_to_fp32(hd), dmin = fp16_to_fp32(hm);
                 int8_t* vb = v + QK_K * b;
-                for (int j = 0; j < 4; ++j) {
+                for (int j = 0; j < 4 && !q5; ++j) {
+                    const uint8_t* q = qs + 32 * j;
+                    for (int l = 0; l < 32; ++l) {
+                        vb[64 * j + l] = static_cast<int8_t>(q[l] & 0xF);
+                        vb[64 * j + 32 + l] = static_cast<int8_t>(q[l] >> 4);
+                    }
+                }
+                for (int j = 0; j < 4 && q5; ++j) {
                     const uint8_t* q = qs + 32 * j;
                     const uint8_t m1 = static_cast<uint8_t>(1u << (2 * j)),
                                   m2 = static_cast<uint8_t>(2u << (2 * j));
@@ -166,8 +202,6 @@ void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, float* s, flo
 }
 
 #ifdef MINFER_GEMM_X86
-#define MINFER_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma,f16c")))
-
 bool has_vnni() {
     static const bool yes = __builtin_cpu_supports("avx512f") &&
                             __builtin_cpu_supports("avx512bw") &&

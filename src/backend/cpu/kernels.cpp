@@ -10,6 +10,7 @@
 #include "backend/cpu/attn.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
+#include "backend/cpu/vec_ops.h"
 #include "util/error.h"
 
 namespace minfer::cpu {
@@ -75,10 +76,6 @@ void check_positions(const Node& node, const int32_t* pos, int64_t n) {
 
 void add_row(const float* a, const float* b, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
-}
-
-float silu(float x) {
-    return x / (1.0f + std::exp(-x));
 }
 
 // ---- the KV cache rows ---------------------------------------------------------
@@ -430,14 +427,14 @@ void run_node(const Node& node, const NodeData& data, ThreadPool& pool) {
         case Op::Silu: {
             const auto* a = static_cast<const float*>(data.src[0]);
             return elementwise(node, data, pool, [&](float* y, int64_t i0, int64_t i1) {
-                for (int64_t i = i0; i < i1; ++i) y[i] = silu(a[i]);
+                swiglu_row(a + i0, nullptr, y + i0, i1 - i0);
             });
         }
         case Op::SwiGLU: {
             const auto* a = static_cast<const float*>(data.src[0]);
             const auto* b = static_cast<const float*>(data.src[1]);
             return elementwise(node, data, pool, [&](float* y, int64_t i0, int64_t i1) {
-                for (int64_t i = i0; i < i1; ++i) y[i] = silu(a[i]) * b[i];
+                swiglu_row(a + i0, b + i0, y + i0, i1 - i0);
             });
         }
         case Op::HeadNorm:

@@ -558,12 +558,16 @@ float dot_f32_fn(int64_t n, const void* vw, const void* va) {
 // As ggml's x86 quantize_row_q8_0 / q8_1 (the ones llama.cpp runs on this
 // machine): d = amax / 127 stored as f16, q = round-to-nearest-even(x * 127 /
 // amax). q8_1 also stores s = d * sum(q).
+// (A compare instead of fmax, so the max vectorizes; the same for finite x.)
 template <bool kWithSum, typename Block>
-void quantize_q8_32(const float* x, Block* y, int64_t n) {
+MINFER_INLINE void quantize_q8_32(const float* x, Block* y, int64_t n) {
     for (int64_t ib = 0; ib < n / 32; ++ib) {
         const float* xb = x + 32 * ib;
         float amax = 0;
-        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+        for (int j = 0; j < 32; ++j) {
+            const float ax = std::fabs(xb[j]);
+            amax = ax > amax ? ax : amax;
+        }
         const float d = amax / 127.f;
         const float id = amax != 0.0f ? 127.f / amax : 0.0f;
         y[ib].d = fp32_to_fp16(d);
@@ -579,7 +583,14 @@ void quantize_q8_32(const float* x, Block* y, int64_t n) {
 
 // ggml's quantize_row_q8_K_ref: scale from the signed value of largest
 // magnitude (so it maps to -127), ties to even, bsums per 16.
-void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
+MINFER_CLONES void quantize_q8_0_row(const float* x, block_q8_0* y, int64_t n) {
+    quantize_q8_32<false>(x, y, n);
+}
+MINFER_CLONES void quantize_q8_1_row(const float* x, block_q8_1* y, int64_t n) {
+    quantize_q8_32<true>(x, y, n);
+}
+
+MINFER_CLONES void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
         float max = 0, amax = 0;
         for (int j = 0; j < QK_K; ++j) {
@@ -651,10 +662,10 @@ DType act_type(DType w) {
 void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
     switch (act) {
         case DType::Q8_0:
-            quantize_q8_32<false>(x, static_cast<block_q8_0*>(y), n);
+            quantize_q8_0_row(x, static_cast<block_q8_0*>(y), n);
             return;
         case DType::Q8_1:
-            quantize_q8_32<true>(x, static_cast<block_q8_1*>(y), n);
+            quantize_q8_1_row(x, static_cast<block_q8_1*>(y), n);
             return;
         case DType::Q8_K:
             quantize_q8_K(x, static_cast<block_q8_K*>(y), n);
