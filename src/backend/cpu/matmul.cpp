@@ -65,11 +65,14 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
     }
 
     // The GEMM path when every part has one (fused QKV parts share a type).
+    // It keeps only the GEMM form of the activations: each token's blocks
+    // go through a per-thread row (less scratch: the pool keeps its peak).
     bool gemm = n_tokens >= kGemmMinTokens;
     for (int p = 0; p < n_parts && gemm; ++p) gemm = gemm_supported(info[p].w->type, K);
     const size_t gemm_row = gemm_act_row_bytes(K);
     size_t gemm_offset[kMaxParts] = {};
     if (gemm) {
+        act_bytes = 0;
         for (int a = 0; a < n_act; ++a) {
             gemm_offset[a] = act_bytes;
             act_bytes += (gemm_row * static_cast<size_t>(n_tokens) + 63) / 64 * 64;
@@ -78,22 +81,27 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
 
     // 1. Activations, once, in every format the weights need.
     auto* act = static_cast<uint8_t*>(pool.scratch(pool.size(), act_bytes));
-    auto quantize_tokens = [&](int64_t t0, int64_t t1) {
+    auto quantize_tokens = [&](int ith, int64_t t0, int64_t t1) {
         for (int a = 0; a < n_act; ++a)
             for (int64_t t = t0; t < t1; ++t) {
-                uint8_t* row = act + act_offset[a] + static_cast<size_t>(t) * act_row_bytes[a];
-                quantize_act_row(act_types[a], x + t * x_stride, row, K);
-                if (gemm)
+                if (gemm) {
+                    void* row = pool.scratch(ith, act_row_bytes[a]);
+                    quantize_act_row(act_types[a], x + t * x_stride, row, K);
                     gemm_pack_act(act_types[a], row, K,
                                   act + gemm_offset[a] + static_cast<size_t>(t) * gemm_row);
+                } else {
+                    quantize_act_row(
+                        act_types[a], x + t * x_stride,
+                        act + act_offset[a] + static_cast<size_t>(t) * act_row_bytes[a], K);
+                }
             }
     };
     if (pool.size() == 1 || n_tokens * K < kParallelQuantizeMin || n_tokens < 2) {
-        quantize_tokens(0, n_tokens);
+        quantize_tokens(0, 0, n_tokens);
     } else {
         const int64_t per = std::max<int64_t>(1, (n_tokens + 4 * pool.size() - 1) / (4 * pool.size()));
-        pool.run_chunks((n_tokens + per - 1) / per, [&](int, int64_t c) {
-            quantize_tokens(c * per, std::min(n_tokens, c * per + per));
+        pool.run_chunks((n_tokens + per - 1) / per, [&](int ith, int64_t c) {
+            quantize_tokens(ith, c * per, std::min(n_tokens, c * per + per));
         });
     }
 
