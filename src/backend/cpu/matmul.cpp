@@ -38,6 +38,8 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
         int64_t out_col;
         VecDotFn dot;
         int act;  // index into act_types
+        const uint8_t* data;  // row 0 (hoisted: TensorView::row looks the type up)
+        size_t row_bytes;
     };
     PartInfo info[kMaxParts];
     DType act_types[kMaxParts];
@@ -59,7 +61,8 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
             act_bytes += (act_row_bytes[a] * static_cast<size_t>(n_tokens) + 63) / 64 * 64;
             ++n_act;
         }
-        info[p] = {w, M, parts[p].out_col, vec_dot_fn(w->type), a};
+        info[p] = {w, M, parts[p].out_col, vec_dot_fn(w->type), a,
+                   static_cast<const uint8_t*>(w->data), w->row_bytes()};
         MINFER_ASSERT_MSG(info[p].dot != nullptr, "matmul: weight type has no dot product");
         M += w->ne[1];
     }
@@ -118,8 +121,7 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
                     const int64_t b0 = std::max(r0, pi.row_begin);
                     const int64_t b1 = std::min(r1, pi.row_begin + pi.w->ne[1]);
                     if (b0 >= b1) continue;
-                    gemm_rows(pi.w->type, static_cast<const uint8_t*>(pi.w->data),
-                              pi.w->row_bytes(), K, b0 - pi.row_begin, b1 - pi.row_begin,
+                    gemm_rows(pi.w->type, pi.data, pi.row_bytes, K, b0 - pi.row_begin, b1 - pi.row_begin,
                               act + gemm_offset[pi.act], gemm_row, n_tokens,
                               out + pi.out_col + (b0 - pi.row_begin), out_stride, scratch);
                 }
@@ -143,7 +145,7 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
                 while (p + 1 < n_parts && r >= info[p + 1].row_begin) ++p;
                 const PartInfo& pi = info[p];
                 const int64_t m = r - pi.row_begin;
-                const uint8_t* wrow = pi.w->row(m);
+                const uint8_t* wrow = pi.data + static_cast<size_t>(m) * pi.row_bytes;
                 const uint8_t* arow = act + act_offset[pi.act];
                 const size_t abytes = act_row_bytes[pi.act];
                 float* o = out + pi.out_col + m;
