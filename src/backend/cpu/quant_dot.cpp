@@ -390,6 +390,171 @@ MINFER_AVX2 float dot_q5_0_avx2(int64_t n, const void* vw, const void* va) {
     return hsum_avx2(acc);
 }
 
+#define MINFER_VNNI256 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+// Q5_0 x Q8_0 with AVX-512 VNNI on 256-bit vectors: the 5th bits are a mask
+// register (bit i = element i), so (q | 16 where set) - 16 is two masked
+// byte ops; |v| * sign(y, v) by one vpdpbusd into exact int32 lanes.
+MINFER_VNNI256 inline __m256 q5_0_block_vnni(const block_q5_0& x, const block_q8_0& y) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs));
+    __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    q = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
+    uint32_t qh;
+    std::memcpy(&qh, x.qh, 4);
+    q = _mm256_mask_add_epi8(q, static_cast<__mmask32>(qh), q, _mm256_set1_epi8(0x10));
+    const __m256i v = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
+    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(v),
+                                          _mm256_sign_epi8(a, v));
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * _cvtsh_ss(y.d)), _mm256_cvtepi32_ps(p));
+}
+
+// Two Q5_0 blocks per 512-bit step. The bytes are arranged as
+// [x0 lo, x1 lo, x0 hi, x1 hi] (16 each: low nibbles = elements 0-15, high
+// = 16-31), the activations permuted to match, the 5th bits gathered into
+// one 64-bit mask in that order. Unsigned q5 = q | 16 times signed y by
+// vpdpbusd, minus 16 * (sum of y) by a second vpdpbusd: exact int32 lanes;
+// lanes 0-3 and 8-11 belong to block 0, 4-7 and 12-15 to block 1.
+#define MINFER_VNNI512 \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+MINFER_VNNI512 inline __m512 q5_0_pair_vnni(const block_q5_0& x0, const block_q5_0& x1,
+                                            const block_q8_0& y0, const block_q8_0& y1) {
+    const __m256i t = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x0.qs))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x1.qs)), 1);
+    __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
+    q = _mm512_and_si512(q, _mm512_set1_epi8(0xF));
+    uint32_t h0, h1;
+    std::memcpy(&h0, x0.qh, 4);
+    std::memcpy(&h1, x1.qh, 4);
+    const uint64_t mask = (uint64_t{h0} & 0xFFFF) | ((uint64_t{h1} & 0xFFFF) << 16) |
+                          (uint64_t{h0 >> 16} << 32) | (uint64_t{h1 >> 16} << 48);
+    q = _mm512_mask_add_epi8(q, static_cast<__mmask64>(mask), q, _mm512_set1_epi8(0x10));
+    const __m512i a = _mm512_permutex2var_epi64(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y0.qs))),
+        _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0),
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y1.qs))));
+    const __m512i p = _mm512_sub_epi32(
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a),
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(16), a));
+    const float s0 = _cvtsh_ss(x0.d) * _cvtsh_ss(y0.d), s1 = _cvtsh_ss(x1.d) * _cvtsh_ss(y1.d);
+    const __m512 sc = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
+    return _mm512_mul_ps(sc, _mm512_cvtepi32_ps(p));
+}
+
+MINFER_VNNI512 float dot_q5_0_vnni512(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q5_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const int64_t nb = n / QK5_0;
+    int64_t ib = 0;
+    for (; ib + 4 <= nb; ib += 4) {
+        acc0 = _mm512_add_ps(acc0, q5_0_pair_vnni(x[ib], x[ib + 1], y[ib], y[ib + 1]));
+        acc1 = _mm512_add_ps(acc1, q5_0_pair_vnni(x[ib + 2], x[ib + 3], y[ib + 2], y[ib + 3]));
+    }
+    for (; ib + 2 <= nb; ib += 2)
+        acc0 = _mm512_add_ps(acc0, q5_0_pair_vnni(x[ib], x[ib + 1], y[ib], y[ib + 1]));
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (ib < nb) sum += hsum_avx2(q5_0_block_vnni(x[ib], y[ib]));
+    return sum;
+}
+
+// Four rows at once (decode): the activation permute and its 16 * sum
+// term are computed once per block pair and shared; one reduction per row.
+MINFER_VNNI512 void dot4_q5_0_vnni512(int64_t n, const void* vw, size_t row_bytes,
+                                      const void* va, float* out) {
+    const auto* y = static_cast<const block_q8_0*>(va);
+    const block_q5_0* x[4];
+    for (int r = 0; r < 4; ++r)
+        x[r] = reinterpret_cast<const block_q5_0*>(static_cast<const uint8_t*>(vw) + r * row_bytes);
+    __m512 acc[4];
+    for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
+    const int64_t nb = n / QK5_0;
+    int64_t ib = 0;
+    const __m512i perm = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    for (; ib + 2 <= nb; ib += 2) {
+        const __m512i a = _mm512_permutex2var_epi64(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[ib].qs))),
+            perm,
+            _mm512_castsi256_si512(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[ib + 1].qs))));
+        const __m512i init = _mm512_sub_epi32(
+            _mm512_setzero_si512(),
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(16), a));
+        const float dy0 = _cvtsh_ss(y[ib].d), dy1 = _cvtsh_ss(y[ib + 1].d);
+        for (int r = 0; r < 4; ++r) {
+            const block_q5_0& x0 = x[r][ib];
+            const block_q5_0& x1 = x[r][ib + 1];
+            const __m256i t = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x0.qs))),
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(x1.qs)), 1);
+            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
+            q = _mm512_and_si512(q, _mm512_set1_epi8(0xF));
+            uint32_t h0, h1;
+            std::memcpy(&h0, x0.qh, 4);
+            std::memcpy(&h1, x1.qh, 4);
+            const uint64_t mask = (uint64_t{h0} & 0xFFFF) | ((uint64_t{h1} & 0xFFFF) << 16) |
+                                  (uint64_t{h0 >> 16} << 32) | (uint64_t{h1 >> 16} << 48);
+            q = _mm512_mask_add_epi8(q, static_cast<__mmask64>(mask), q, _mm512_set1_epi8(0x10));
+            const __m512i p = _mm512_dpbusd_epi32(init, q, a);
+            const __m512 sc = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(_cvtsh_ss(x0.d) * dy0),
+                                                   _mm512_set1_ps(_cvtsh_ss(x1.d) * dy1));
+            acc[r] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(p), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; ++r) {
+        out[r] = _mm512_reduce_add_ps(acc[r]);
+        if (ib < nb) out[r] += hsum_avx2(q5_0_block_vnni(x[r][ib], y[ib]));
+    }
+}
+
+MINFER_VNNI256 float dot_q5_0_vnni(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q5_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+    const int64_t nb = n / QK5_0;
+    int64_t ib = 0;
+    for (; ib + 4 <= nb; ib += 4) {
+        acc0 = _mm256_add_ps(acc0, q5_0_block_vnni(x[ib], y[ib]));
+        acc1 = _mm256_add_ps(acc1, q5_0_block_vnni(x[ib + 1], y[ib + 1]));
+        acc2 = _mm256_add_ps(acc2, q5_0_block_vnni(x[ib + 2], y[ib + 2]));
+        acc3 = _mm256_add_ps(acc3, q5_0_block_vnni(x[ib + 3], y[ib + 3]));
+    }
+    for (; ib < nb; ++ib) acc0 = _mm256_add_ps(acc0, q5_0_block_vnni(x[ib], y[ib]));
+    return hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+}
+
+// Q8_0 x Q8_0 the same way (vpdpbusd for maddubs + madd).
+MINFER_VNNI256 inline __m256 q8_0_block_vnni(const block_q8_0& x, const block_q8_0& y) {
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+    const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
+    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx),
+                                          _mm256_sign_epi8(qy, qx));
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * _cvtsh_ss(y.d)), _mm256_cvtepi32_ps(p));
+}
+
+MINFER_VNNI256 float dot_q8_0_vnni(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q8_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int64_t nb = n / QK8_0;
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        acc0 = _mm256_add_ps(acc0, q8_0_block_vnni(x[ib], y[ib]));
+        acc1 = _mm256_add_ps(acc1, q8_0_block_vnni(x[ib + 1], y[ib + 1]));
+    }
+    if (ib < nb) acc0 = _mm256_add_ps(acc0, q8_0_block_vnni(x[ib], y[ib]));
+    return hsum_avx2(_mm256_add_ps(acc0, acc1));
+}
+
+bool has_vnni256() {
+    static const bool yes = __builtin_cpu_supports("avx512vl") &&
+                            __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vnni");
+    return yes;
+}
+
 bool has_avx2() {
     static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                             __builtin_cpu_supports("f16c");
@@ -688,6 +853,15 @@ void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
     }
 }
 
+VecDot4Fn vec_dot4_fn(DType w) {
+#ifdef MINFER_X86_SIMD
+    if (w == DType::Q5_0 && has_vnni256() && __builtin_cpu_supports("avx512dq"))
+        return dot4_q5_0_vnni512;
+#endif
+    (void)w;
+    return nullptr;
+}
+
 VecDotFn vec_dot_fn(DType w) {
     switch (w) {
         case DType::F32:
@@ -702,6 +876,8 @@ VecDotFn vec_dot_fn(DType w) {
             return dot_q4_1;
         case DType::Q5_0:
 #ifdef MINFER_X86_SIMD
+            if (has_vnni256() && __builtin_cpu_supports("avx512dq")) return dot_q5_0_vnni512;
+            if (has_vnni256()) return dot_q5_0_vnni;
             if (has_avx2()) return dot_q5_0_avx2;
 #endif
             return dot_q5_0;
@@ -709,6 +885,7 @@ VecDotFn vec_dot_fn(DType w) {
             return dot_q5_1;
         case DType::Q8_0:
 #ifdef MINFER_X86_SIMD
+            if (has_vnni256()) return dot_q8_0_vnni;
             if (has_avx2()) return dot_q8_0_avx2;
 #endif
             return dot_q8_0;
