@@ -508,6 +508,65 @@ MINFER_VNNI512 void dot4_q5_0_vnni512(int64_t n, const void* vw, size_t row_byte
     }
 }
 
+// The 8 six-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K / Q5_K
+// block, unpacked with word operations (the same values as scale_min_k4).
+MINFER_INLINE void q4k_scales_mins(const uint8_t* packed, uint8_t* out16) {
+    uint32_t u[4];
+    std::memcpy(u, packed, 12);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
+    const uint32_t mins_lo = u[1] & low6;  // m0..m3
+    u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4);  // m4..m7
+    u[1] = (u[2] & low4) | (((u[0] >> 6) & top2) << 4);         // sc4..sc7
+    u[2] = mins_lo;
+    u[0] &= low6;  // sc0..sc3
+    std::memcpy(out16, u, 16);
+}
+
+// Q4_K x Q8_K with AVX-512 (BW + VNNI): 64 nibbles per step as [low 32 |
+// high 32] = two sub-blocks in q8 order, maddubs to int16 pairs, then
+// vpdpwssd by the sub-blocks' scales (permuted into the int16 lanes) into
+// int32 lanes; the mins through a madd with the bsums.
+MINFER_VNNI512 float dot_q4_K_vnni512(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q4_K*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512 acc = _mm512_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        alignas(16) uint8_t sm[16];
+        q4k_scales_mins(x[i].scales, sm);
+        const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)));
+        // mins: sum_j m_j * (bsum[2j] + bsum[2j+1]) via madd of pair sums
+        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums));
+        const __m128i bpair = _mm_packs_epi32(
+            _mm256_castsi256_si128(_mm256_madd_epi16(bs, _mm256_set1_epi16(1))),
+            _mm256_extracti128_si256(_mm256_madd_epi16(bs, _mm256_set1_epi16(1)), 1));
+        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), bpair);
+        const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        const __m512i sc512 = _mm512_castsi256_si512(sm16);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int j = 0; j < 4; ++j) {
+            const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * j));
+            const __m512i q = _mm512_and_si512(
+                _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1), m4);
+            const __m512i a = _mm512_loadu_si512(y[i].qs + 64 * j);
+            const __m512i p16 = _mm512_maddubs_epi16(q, a);
+            // int16 lanes 0-15: scale 2j, 16-31: scale 2j+1
+            const __m512i sc = _mm512_permutexvar_epi16(
+                _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * j)),
+                                   _mm256_set1_epi16(static_cast<int16_t>(2 * j + 1)), 1),
+                sc512);
+            sumi = _mm512_dpwssd_epi32(sumi, p16, sc);
+        }
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(acc_m);
+}
+
 MINFER_VNNI256 float dot_q5_0_vnni(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q5_0*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
@@ -895,6 +954,7 @@ VecDotFn vec_dot_fn(DType w) {
             return dot_q3_K;
         case DType::Q4_K:
 #ifdef MINFER_X86_SIMD
+            if (has_vnni256() && __builtin_cpu_supports("avx512dq")) return dot_q4_K_vnni512;
             if (has_avx2()) return dot_q4_K_avx2;
 #endif
             return dot_q4_K;
