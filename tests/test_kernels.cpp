@@ -787,31 +787,3 @@ TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
         }
     }
 }
-
-TEST(CpuQuant, FourRowDotsMatchOneRowDots) {
-    // An odd number of blocks (17) exercises the single-block tail. The
-    // integer sums are those of the one-row kernel; only the float order
-    // differs: <= (K/32 + 8) roundings of 2^-24 of the sum of |products|.
-    for (DType t : {DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
-        const cpu::VecDot4Fn dot4 = cpu::vec_dot4_fn(t);
-        if (!dot4) continue;
-        SCOPED_TRACE(std::string(dtype_name(t)));
-        const int64_t K = traits(t).block_size == 256 ? 256 * 3 : 32 * 17;
-        Weight w = make_weight(t, K, 4, 41);
-        const DType at = cpu::act_type(t);
-        std::vector<float> x = random_floats(static_cast<size_t>(K), 42);
-        std::vector<uint8_t> a(row_size(at, K));
-        cpu::quantize_act_row(at, x.data(), a.data(), K);
-        float o4[4];
-        dot4(K, w.view.row(0), w.view.row_bytes(), a.data(), o4);
-        std::vector<float> wrow(static_cast<size_t>(K)), xq(static_cast<size_t>(K));
-        cpu::dequant_row(at, a.data(), xq.data(), K);
-        for (int r = 0; r < 4; ++r) {
-            const float one = cpu::vec_dot_fn(t)(K, w.view.row(r), a.data());
-            tensor::dequantize_row(t, w.view.row(r), wrow.data(), K);
-            double mag = 0;
-            for (int64_t i = 0; i < K; ++i) mag += std::fabs(double(wrow[size_t(i)]) * xq[size_t(i)]);
-            EXPECT_NEAR(o4[r], one, 2 * (K / 32 + 8) * std::ldexp(mag, -24)) << "row " << r;
-        }
-    }
-}

@@ -40,7 +40,6 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
         int act;  // index into act_types
         const uint8_t* data;  // row 0 (hoisted: TensorView::row looks the type up)
         size_t row_bytes;
-        VecDot4Fn dot4;  // four rows at once, or nullptr
     };
     PartInfo info[kMaxParts];
     DType act_types[kMaxParts];
@@ -63,7 +62,7 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
             ++n_act;
         }
         info[p] = {w, M, parts[p].out_col, vec_dot_fn(w->type), a,
-                   static_cast<const uint8_t*>(w->data), w->row_bytes(), vec_dot4_fn(w->type)};
+                   static_cast<const uint8_t*>(w->data), w->row_bytes()};
         MINFER_ASSERT_MSG(info[p].dot != nullptr, "matmul: weight type has no dot product");
         M += w->ne[1];
     }
@@ -146,17 +145,6 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
                 while (p + 1 < n_parts && r >= info[p + 1].row_begin) ++p;
                 const PartInfo& pi = info[p];
                 const int64_t m = r - pi.row_begin;
-                // One token (decode): four rows of one part per call where a
-                // 4-row kernel exists.
-                if (pi.dot4 && t1 - t0 == 1 && r + 4 <= r1 && m + 4 <= pi.w->ne[1]) {
-                    float o4[4];
-                    pi.dot4(K, pi.data + static_cast<size_t>(m) * pi.row_bytes, pi.row_bytes,
-                            act + act_offset[pi.act] + static_cast<size_t>(t0) * act_row_bytes[pi.act],
-                            o4);
-                    for (int i = 0; i < 4; ++i) out[t0 * out_stride + pi.out_col + m + i] = o4[i];
-                    r += 3;
-                    continue;
-                }
                 const uint8_t* wrow = pi.data + static_cast<size_t>(m) * pi.row_bytes;
                 const uint8_t* arow = act + act_offset[pi.act];
                 const size_t abytes = act_row_bytes[pi.act];

@@ -20,6 +20,10 @@
 #define MINFER_INLINE inline __attribute__((always_inline))
 
 #if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_*
+// placeholders) once they are inlined here.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #define MINFER_X86_SIMD 1
 #endif
@@ -459,55 +463,6 @@ MINFER_VNNI512 float dot_q5_0_vnni512(int64_t n, const void* vw, const void* va)
     return sum;
 }
 
-// Four rows at once (decode): the activation permute and its 16 * sum
-// term are computed once per block pair and shared; one reduction per row.
-MINFER_VNNI512 void dot4_q5_0_vnni512(int64_t n, const void* vw, size_t row_bytes,
-                                      const void* va, float* out) {
-    const auto* y = static_cast<const block_q8_0*>(va);
-    const block_q5_0* x[4];
-    for (int r = 0; r < 4; ++r)
-        x[r] = reinterpret_cast<const block_q5_0*>(static_cast<const uint8_t*>(vw) + r * row_bytes);
-    __m512 acc[4];
-    for (int r = 0; r < 4; ++r) acc[r] = _mm512_setzero_ps();
-    const int64_t nb = n / QK5_0;
-    int64_t ib = 0;
-    const __m512i perm = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
-    for (; ib + 2 <= nb; ib += 2) {
-        const __m512i a = _mm512_permutex2var_epi64(
-            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[ib].qs))),
-            perm,
-            _mm512_castsi256_si512(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[ib + 1].qs))));
-        const __m512i init = _mm512_sub_epi32(
-            _mm512_setzero_si512(),
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(16), a));
-        const float dy0 = _cvtsh_ss(y[ib].d), dy1 = _cvtsh_ss(y[ib + 1].d);
-        for (int r = 0; r < 4; ++r) {
-            const block_q5_0& x0 = x[r][ib];
-            const block_q5_0& x1 = x[r][ib + 1];
-            const __m256i t = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x0.qs))),
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(x1.qs)), 1);
-            __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
-            q = _mm512_and_si512(q, _mm512_set1_epi8(0xF));
-            uint32_t h0, h1;
-            std::memcpy(&h0, x0.qh, 4);
-            std::memcpy(&h1, x1.qh, 4);
-            const uint64_t mask = (uint64_t{h0} & 0xFFFF) | ((uint64_t{h1} & 0xFFFF) << 16) |
-                                  (uint64_t{h0 >> 16} << 32) | (uint64_t{h1 >> 16} << 48);
-            q = _mm512_mask_add_epi8(q, static_cast<__mmask64>(mask), q, _mm512_set1_epi8(0x10));
-            const __m512i p = _mm512_dpbusd_epi32(init, q, a);
-            const __m512 sc = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(_cvtsh_ss(x0.d) * dy0),
-                                                   _mm512_set1_ps(_cvtsh_ss(x1.d) * dy1));
-            acc[r] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(p), acc[r]);
-        }
-    }
-    for (int r = 0; r < 4; ++r) {
-        out[r] = _mm512_reduce_add_ps(acc[r]);
-        if (ib < nb) out[r] += hsum_avx2(q5_0_block_vnni(x[r][ib], y[ib]));
-    }
-}
-
 // The 8 six-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K / Q5_K
 // block, unpacked with word operations (the same values as scale_min_k4).
 MINFER_INLINE void q4k_scales_mins(const uint8_t* packed, uint8_t* out16) {
@@ -910,15 +865,6 @@ void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
         default:
             MINFER_ASSERT_MSG(false, "not an activation type");
     }
-}
-
-VecDot4Fn vec_dot4_fn(DType w) {
-#ifdef MINFER_X86_SIMD
-    if (w == DType::Q5_0 && has_vnni256() && __builtin_cpu_supports("avx512dq"))
-        return dot4_q5_0_vnni512;
-#endif
-    (void)w;
-    return nullptr;
 }
 
 VecDotFn vec_dot_fn(DType w) {

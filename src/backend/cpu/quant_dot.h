@@ -30,12 +30,6 @@ using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
 // (not weight types).
 VecDotFn vec_dot_fn(tensor::DType weight);
 
-// Four consecutive weight rows (row_bytes apart) with one activation row:
-// out[r] = dot(row r, a), the same integer sums as vec_dot_fn's. nullptr
-// where no such kernel exists (matmul then calls vec_dot_fn per row).
-using VecDot4Fn = void (*)(int64_t n, const void* w, size_t row_bytes, const void* a, float* out);
-VecDot4Fn vec_dot4_fn(tensor::DType weight);
-
 // Plain f32 dot product with float accumulation in 16 lanes (ggml's
 // ggml_vec_dot_f32 sums in float SIMD registers too).
 float dot_f32(const float* a, const float* b, int64_t n);
