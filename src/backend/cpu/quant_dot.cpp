@@ -522,6 +522,52 @@ MINFER_VNNI512 float dot_q4_K_vnni512(int64_t n, const void* vw, const void* va)
     return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(acc_m);
 }
 
+// Q6_K x Q8_K with AVX-512 (BW + VNNI): per half-block 128 six-bit values
+// as two 64-byte vectors in q8 order ([q0 | q1], [q2 | q3] of the AVX2
+// path), maddubs(q, y) - maddubs(32, y) = (q - 32) * y in int16 pairs, then
+// vpdpwssd by the 16-element groups' int8 scales (8 int16 lanes each).
+MINFER_VNNI512 float dot_q6_K_vnni512(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q6_K*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i m2 = _mm512_set1_epi8(3);
+    const __m512i m32 = _mm512_set1_epi8(32);
+    // int16 lane l (elements 2l, 2l+1) of a 64-element step is in group l / 8
+    const __m512i grp = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1,
+                                         1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const __m256i sc16 =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+        const __m512i sc512 = _mm512_castsi256_si512(sc16);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; ++h) {
+            const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
+            const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * h));
+            const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
+            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                                _mm512_slli_epi16(_mm512_and_si512(hh, m2), 4));
+            const __m512i q23 = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hh, 4), m2), 4));
+            const __m512i y01 = _mm512_loadu_si512(y[i].qs + 128 * h);
+            const __m512i y23 = _mm512_loadu_si512(y[i].qs + 128 * h + 64);
+            const __m512i p01 =
+                _mm512_sub_epi16(_mm512_maddubs_epi16(q01, y01), _mm512_maddubs_epi16(m32, y01));
+            const __m512i p23 =
+                _mm512_sub_epi16(_mm512_maddubs_epi16(q23, y23), _mm512_maddubs_epi16(m32, y23));
+            // groups 8h + 0..3 for q01, 8h + 4..7 for q23
+            const __m512i g01 = _mm512_add_epi16(grp, _mm512_set1_epi16(static_cast<int16_t>(8 * h)));
+            const __m512i g23 = _mm512_add_epi16(grp, _mm512_set1_epi16(static_cast<int16_t>(8 * h + 4)));
+            sumi = _mm512_dpwssd_epi32(sumi, p01, _mm512_permutexvar_epi16(g01, sc512));
+            sumi = _mm512_dpwssd_epi32(sumi, p23, _mm512_permutexvar_epi16(g23, sc512));
+        }
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
 MINFER_VNNI256 float dot_q5_0_vnni(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q5_0*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
@@ -908,6 +954,7 @@ VecDotFn vec_dot_fn(DType w) {
             return dot_q5_K;
         case DType::Q6_K:
 #ifdef MINFER_X86_SIMD
+            if (has_vnni256() && __builtin_cpu_supports("avx512dq")) return dot_q6_K_vnni512;
             if (has_avx2()) return dot_q6_K_avx2;
 #endif
             return dot_q6_K;
