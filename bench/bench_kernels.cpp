@@ -160,8 +160,8 @@ void BM_SwiGLU(benchmark::State& state) {
         cpu::swiglu_row(a.data(), b.data(), y.data(), n);
         benchmark::DoNotOptimize(y.data());
     }
-    state.counters["GB/s"] = benchmark::Counter(12.0 * n * state.iterations() / 1e9,
-                                                benchmark::Counter::kIsRate);
+    state.counters["GB/s"] =
+        benchmark::Counter(12.0 * n * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_SwiGLU)->UseRealTime();
 

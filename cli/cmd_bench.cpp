@@ -2,9 +2,8 @@
 // table (or JSON with -o json) for one model. The table / JSON go to stdout.
 #include <cinttypes>
 #include <cstdio>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "commands.h"
 #include "common.h"
@@ -52,8 +51,9 @@ int cmd_bench(int argc, char** argv, int first) {
     p.optional_value({"--mem-report"}, &mem_report, &mem_report_file, "FILE",
                      "also print the memory report of the session (not merged yet)");
     eng.add_to(p, /*with_ctx=*/false);
-    p.epilog("The context is n_prompt + n_gen; token ids are random; times exclude loading.\n"
-             "Example: minfer bench -m model.gguf -p 512 -n 128 -t 2 -r 5 -o json");
+    p.epilog(
+        "The context is n_prompt + n_gen; token ids are random; times exclude loading.\n"
+        "Example: minfer bench -m model.gguf -p 512 -n 128 -t 2 -r 5 -o json");
     if (!p.parse(argc, argv, first)) return 0;
     if (output != "md" && output != "json") throw UsageError("-o must be md or json");
     if (reps < 1) throw UsageError("-r must be >= 1");
@@ -111,8 +111,8 @@ int cmd_bench(int argc, char** argv, int first) {
         std::snprintf(ts, sizeof ts, "%.2f ± %.2f", r.avg_ts, r.stddev_ts);
         std::snprintf(rate, sizeof rate, "%.1f", r.n_gen > 0 ? r.gbps : r.gops);
         // "±" is two bytes in UTF-8: widen the field by one so columns line up.
-        std::printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s | %8s |\n", desc.c_str(), size,
-                    prm, "CPU", bp.session.n_threads, r.test.c_str(), ts, rate);
+        std::printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s | %8s |\n", desc.c_str(),
+                    size, prm, "CPU", bp.session.n_threads, r.test.c_str(), ts, rate);
     }
     return 0;
 }

@@ -319,8 +319,10 @@ TEST(CpuMatMul, SameBitsWithOneAndTwoThreadsAndPrefillTiles) {
         for (int64_t m = 0; m < M; ++m) {
             tensor::dequantize_row(t, w.view.row(m), wrow.data(), K);
             double mag = 0;
-            for (int64_t i = 0; i < K; ++i) mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(7 * K + i)]);
-            EXPECT_NEAR(o3[size_t(m)], o1[size_t(7 * M + m)], 2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+            for (int64_t i = 0; i < K; ++i)
+                mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(7 * K + i)]);
+            EXPECT_NEAR(o3[size_t(m)], o1[size_t(7 * M + m)],
+                        2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
                 << dtype_name(t) << " m=" << m;
         }
     }
@@ -334,7 +336,8 @@ TEST(CpuMatMul, GemmPathEqualsTokenByTokenDots) {
     const int64_t K = 512;
     for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
         if (!cpu::gemm_supported(t, K)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
-        Weight a = make_weight(t, K, 21, 1), b = make_weight(t, K, 6, 2), c = make_weight(t, K, 6, 3);
+        Weight a = make_weight(t, K, 21, 1), b = make_weight(t, K, 6, 2),
+               c = make_weight(t, K, 6, 3);
         const cpu::MatMulPart parts[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 27}};
         const int64_t M = 33;
         for (int64_t n : {4, 9, 19}) {

@@ -53,15 +53,14 @@ double decode_bytes_per_token(const model::Model& model) {
 double prompt_ops(const model::Model& model, int64_t n) {
     const auto& hp = model.hp;
     const double nt = static_cast<double>(n);
-    const double per_layer = static_cast<double>(hp.n_embd) *
-                                 static_cast<double>(hp.n_embd_q() + 2 * hp.n_embd_kv()) +
-                             static_cast<double>(hp.n_embd_q()) * static_cast<double>(hp.n_embd) +
-                             3.0 * static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_ff);
+    const double per_layer =
+        static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_embd_q() + 2 * hp.n_embd_kv()) +
+        static_cast<double>(hp.n_embd_q()) * static_cast<double>(hp.n_embd) +
+        3.0 * static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_ff);
     double ops = 2.0 * nt * per_layer * static_cast<double>(hp.n_layer);
     // Attention: token t sees t + 1 keys; QK^T and PV, head_dim each, per head.
     const double pairs = nt * (nt + 1) / 2;
-    ops += 2.0 * 2.0 * pairs * static_cast<double>(hp.n_embd_q()) *
-           static_cast<double>(hp.n_layer);
+    ops += 2.0 * 2.0 * pairs * static_cast<double>(hp.n_embd_q()) * static_cast<double>(hp.n_layer);
     ops += 2.0 * static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_vocab);
     return ops;
 }

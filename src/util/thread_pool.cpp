@@ -56,7 +56,7 @@ struct ThreadPool::Impl {
     std::atomic<int> active{0};
     std::atomic<uint64_t> closed{0};
     std::atomic<uint64_t> chunk_fn_generation{0};  // the generation of a run_chunks
-    std::atomic<bool> stop{false};  // published by the generation bump after it
+    std::atomic<bool> stop{false};                 // published by the generation bump after it
     std::mutex mutex;
     std::condition_variable cv;
 
@@ -188,8 +188,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     }
 }
 
-void ThreadPool::run_chunks(int64_t n_chunks,
-                            const std::function<void(int, int64_t)>& fn) {
+void ThreadPool::run_chunks(int64_t n_chunks, const std::function<void(int, int64_t)>& fn) {
     Impl& p = *impl_;
     if (n_chunks <= 0) return;
     p.error = nullptr;

@@ -17,18 +17,17 @@ namespace minfer::cpu {
 #ifdef MINFER_ATTN_X86
 namespace {
 
-
 bool has_avx512() {
-    static const bool yes = __builtin_cpu_supports("avx512f") &&
-                            __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    static const bool yes =
+        __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     return yes;
 }
 
 MINFER_AVX512 inline __m512 load16(bool f16, const void* base, int64_t i) {
     if (f16)
-        return _mm512_cvtph_ps(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
+        return _mm512_cvtph_ps(_mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
     return _mm512_loadu_ps(static_cast<const float*>(base) + i);
 }
 
@@ -90,7 +89,8 @@ MINFER_AVX512 void attn_head_avx512(bool f16, const float* q, const void* k, con
         if (f16) p = _cvtsh_ss(_cvtss_sh(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         const __m512 pv = _mm512_set1_ps(p);
         const int64_t base = j * kv_row + off;
-        for (int i = 0; i < nv; ++i) acc[i] = _mm512_fmadd_ps(pv, load16(f16, v, base + 16 * i), acc[i]);
+        for (int i = 0; i < nv; ++i)
+            acc[i] = _mm512_fmadd_ps(pv, load16(f16, v, base + 16 * i), acc[i]);
     }
     for (int i = 0; i < nv; ++i) _mm512_storeu_ps(o + 16 * i, acc[i]);
 }

@@ -59,7 +59,8 @@ bool has_mins(DType t) {
 }
 
 #ifdef MINFER_GEMM_X86
-#define MINFER_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma,f16c")))
+#define MINFER_VNNI \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma,f16c")))
 #else
 #define MINFER_VNNI
 #endif
@@ -184,12 +185,14 @@ MINFER_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, f
                 const uint8_t* qh = x[b].qh;
                 for (int half = 0; half < 2; ++half) {
                     for (int l = 0; l < 32; ++l) {
-                        a[l] = static_cast<int8_t>(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-                        a[l + 32] =
-                            static_cast<int8_t>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                        a[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                        a[l + 96] =
-                            static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+                        a[l] =
+                            static_cast<int8_t>(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                        a[l + 32] = static_cast<int8_t>(
+                            ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                        a[l + 64] =
+                            static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                        a[l + 96] = static_cast<int8_t>(
+                            ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
                     }
                     a += 128;
                     ql += 64;
@@ -207,11 +210,10 @@ MINFER_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, f
 
 #ifdef MINFER_GEMM_X86
 bool has_vnni() {
-    static const bool yes = __builtin_cpu_supports("avx512f") &&
-                            __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512vl") &&
-                            __builtin_cpu_supports("avx512dq") &&
-                            __builtin_cpu_supports("avx512vnni");
+    static const bool yes =
+        __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vnni");
     return yes;
 }
 
@@ -258,8 +260,8 @@ MINFER_VNNI void micro(const RowsForm& wf, int64_t r, int64_t K, const uint8_t* 
                 _mm512_permutexvar_ps(idx4, _mm512_zextps128_ps512(_mm_loadu_ps(ad[j] + g)));
             for (int i = 0; i < R; ++i) {
                 const __m512i isum = _mm512_dpbusd_epi32(init[i], a, w[i]);
-                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw[i], da),
-                                            acc[i][j]);
+                acc[i][j] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw[i], da), acc[i][j]);
             }
         }
     }
@@ -306,13 +308,15 @@ MINFER_VNNI void micro_k(const RowsForm& wf, int64_t r, int64_t K, const uint8_t
                 w[i] = _mm512_loadu_si512(wv[i] + k);
                 init[i] = _mm512_sub_epi32(_mm512_setzero_si512(),
                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, w[i]));
-                dw[i] = _mm512_permutexvar_ps(idx4, _mm512_zextps128_ps512(_mm_loadu_ps(ws[i] + g)));
+                dw[i] =
+                    _mm512_permutexvar_ps(idx4, _mm512_zextps128_ps512(_mm_loadu_ps(ws[i] + g)));
             }
             for (int j = 0; j < T; ++j) {
                 const __m512i a = _mm512_loadu_si512(av[j] + k);
                 for (int i = 0; i < R; ++i)
-                    blk[i][j] = _mm512_fmadd_ps(
-                        _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init[i], a, w[i])), dw[i], blk[i][j]);
+                    blk[i][j] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init[i], a, w[i])),
+                                        dw[i], blk[i][j]);
             }
         }
         for (int j = 0; j < T; ++j) {
@@ -430,8 +434,8 @@ void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
 }
 
 size_t gemm_scratch_bytes(int64_t K, int64_t n_rows) {
-    return static_cast<size_t>(n_rows) * (static_cast<size_t>(K) + 2 * sizeof(float) *
-                                                                        static_cast<size_t>(K / kGroup));
+    return static_cast<size_t>(n_rows) *
+           (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup));
 }
 
 void gemm_rows(DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t r0, int64_t r1,

@@ -38,7 +38,8 @@ void parallel_ranges(ThreadPool& pool, int64_t n_items, int64_t elems_per_item, 
     }
     // Chunks of at least kParallelMinElements / 2 elements, about 4 per
     // thread, taken by whichever threads are awake.
-    const int64_t min_items = std::max<int64_t>(1, kParallelMinElements / 2 / std::max<int64_t>(1, elems_per_item));
+    const int64_t min_items =
+        std::max<int64_t>(1, kParallelMinElements / 2 / std::max<int64_t>(1, elems_per_item));
     const int64_t per = std::max(min_items, (n_items + 4 * pool.size() - 1) / (4 * pool.size()));
     const int64_t n_chunks = (n_items + per - 1) / per;
     pool.run_chunks(n_chunks, [&](int, int64_t c) {

@@ -37,7 +37,7 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
         int64_t row_begin;  // in the concatenated rows
         int64_t out_col;
         VecDotFn dot;
-        int act;  // index into act_types
+        int act;              // index into act_types
         const uint8_t* data;  // row 0 (hoisted: TensorView::row looks the type up)
         size_t row_bytes;
     };
@@ -61,8 +61,13 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
             act_bytes += (act_row_bytes[a] * static_cast<size_t>(n_tokens) + 63) / 64 * 64;
             ++n_act;
         }
-        info[p] = {w, M, parts[p].out_col, vec_dot_fn(w->type), a,
-                   static_cast<const uint8_t*>(w->data), w->row_bytes()};
+        info[p] = {w,
+                   M,
+                   parts[p].out_col,
+                   vec_dot_fn(w->type),
+                   a,
+                   static_cast<const uint8_t*>(w->data),
+                   w->row_bytes()};
         MINFER_ASSERT_MSG(info[p].dot != nullptr, "matmul: weight type has no dot product");
         M += w->ne[1];
     }
@@ -102,7 +107,8 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
     if (pool.size() == 1 || n_tokens * K < kParallelQuantizeMin || n_tokens < 2) {
         quantize_tokens(0, 0, n_tokens);
     } else {
-        const int64_t per = std::max<int64_t>(1, (n_tokens + 4 * pool.size() - 1) / (4 * pool.size()));
+        const int64_t per =
+            std::max<int64_t>(1, (n_tokens + 4 * pool.size() - 1) / (4 * pool.size()));
         pool.run_chunks((n_tokens + per - 1) / per, [&](int ith, int64_t c) {
             quantize_tokens(ith, c * per, std::min(n_tokens, c * per + per));
         });
@@ -121,8 +127,8 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
                     const int64_t b0 = std::max(r0, pi.row_begin);
                     const int64_t b1 = std::min(r1, pi.row_begin + pi.w->ne[1]);
                     if (b0 >= b1) continue;
-                    gemm_rows(pi.w->type, pi.data, pi.row_bytes, K, b0 - pi.row_begin, b1 - pi.row_begin,
-                              act + gemm_offset[pi.act], gemm_row, n_tokens,
+                    gemm_rows(pi.w->type, pi.data, pi.row_bytes, K, b0 - pi.row_begin,
+                              b1 - pi.row_begin, act + gemm_offset[pi.act], gemm_row, n_tokens,
                               out + pi.out_col + (b0 - pi.row_begin), out_stride, scratch);
                 }
             }

@@ -408,8 +408,8 @@ MINFER_VNNI256 inline __m256 q5_0_block_vnni(const block_q5_0& x, const block_q8
     q = _mm256_mask_add_epi8(q, static_cast<__mmask32>(qh), q, _mm256_set1_epi8(0x10));
     const __m256i v = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
-    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(v),
-                                          _mm256_sign_epi8(a, v));
+    const __m256i p =
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(v), _mm256_sign_epi8(a, v));
     return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * _cvtsh_ss(y.d)), _mm256_cvtepi32_ps(p));
 }
 
@@ -438,9 +438,9 @@ MINFER_VNNI512 inline __m512 q5_0_pair_vnni(const block_q5_0& x0, const block_q5
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y0.qs))),
         _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0),
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y1.qs))));
-    const __m512i p = _mm512_sub_epi32(
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a),
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(16), a));
+    const __m512i p =
+        _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a),
+                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(16), a));
     const float s0 = _cvtsh_ss(x0.d) * _cvtsh_ss(y0.d), s1 = _cvtsh_ss(x1.d) * _cvtsh_ss(y1.d);
     const __m512 sc = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
     return _mm512_mul_ps(sc, _mm512_cvtepi32_ps(p));
@@ -469,7 +469,7 @@ MINFER_INLINE void q4k_scales_mins(const uint8_t* packed, uint8_t* out16) {
     uint32_t u[4];
     std::memcpy(u, packed, 12);
     const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
-    const uint32_t mins_lo = u[1] & low6;  // m0..m3
+    const uint32_t mins_lo = u[1] & low6;                       // m0..m3
     u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4);  // m4..m7
     u[1] = (u[2] & low4) | (((u[0] >> 6) & top2) << 4);         // sc4..sc7
     u[2] = mins_lo;
@@ -490,7 +490,8 @@ MINFER_VNNI512 float dot_q4_K_vnni512(int64_t n, const void* vw, const void* va)
     for (int64_t i = 0; i < n / QK_K; ++i) {
         alignas(16) uint8_t sm[16];
         q4k_scales_mins(x[i].scales, sm);
-        const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)));
+        const __m256i sm16 =
+            _mm256_cvtepu8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)));
         // mins: sum_j m_j * (bsum[2j] + bsum[2j+1]) via madd of pair sums
         const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums));
         const __m128i bpair = _mm_packs_epi32(
@@ -502,7 +503,8 @@ MINFER_VNNI512 float dot_q4_K_vnni512(int64_t n, const void* vw, const void* va)
         const __m512i sc512 = _mm512_castsi256_si512(sm16);
         __m512i sumi = _mm512_setzero_si512();
         for (int j = 0; j < 4; ++j) {
-            const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * j));
+            const __m256i b =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * j));
             const __m512i q = _mm512_and_si512(
                 _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1), m4);
             const __m512i a = _mm512_loadu_si512(y[i].qs + 64 * j);
@@ -543,8 +545,10 @@ MINFER_VNNI512 float dot_q6_K_vnni512(int64_t n, const void* vw, const void* va)
         __m512i sumi = _mm512_setzero_si512();
         for (int h = 0; h < 2; ++h) {
             const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
-            const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * h));
-            const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
+            const __m256i hb =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * h));
+            const __m512i hh =
+                _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
             const __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4),
                                                 _mm512_slli_epi16(_mm512_and_si512(hh, m2), 4));
             const __m512i q23 = _mm512_or_si512(
@@ -557,8 +561,10 @@ MINFER_VNNI512 float dot_q6_K_vnni512(int64_t n, const void* vw, const void* va)
             const __m512i p23 =
                 _mm512_sub_epi16(_mm512_maddubs_epi16(q23, y23), _mm512_maddubs_epi16(m32, y23));
             // groups 8h + 0..3 for q01, 8h + 4..7 for q23
-            const __m512i g01 = _mm512_add_epi16(grp, _mm512_set1_epi16(static_cast<int16_t>(8 * h)));
-            const __m512i g23 = _mm512_add_epi16(grp, _mm512_set1_epi16(static_cast<int16_t>(8 * h + 4)));
+            const __m512i g01 =
+                _mm512_add_epi16(grp, _mm512_set1_epi16(static_cast<int16_t>(8 * h)));
+            const __m512i g23 =
+                _mm512_add_epi16(grp, _mm512_set1_epi16(static_cast<int16_t>(8 * h + 4)));
             sumi = _mm512_dpwssd_epi32(sumi, p01, _mm512_permutexvar_epi16(g01, sc512));
             sumi = _mm512_dpwssd_epi32(sumi, p23, _mm512_permutexvar_epi16(g23, sc512));
         }
@@ -589,8 +595,8 @@ MINFER_VNNI256 float dot_q5_0_vnni(int64_t n, const void* vw, const void* va) {
 MINFER_VNNI256 inline __m256 q8_0_block_vnni(const block_q8_0& x, const block_q8_0& y) {
     const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
     const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
-    const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx),
-                                          _mm256_sign_epi8(qy, qx));
+    const __m256i p =
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
     return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * _cvtsh_ss(y.d)), _mm256_cvtepi32_ps(p));
 }
 

@@ -8,9 +8,9 @@
 
 namespace minfer::cpu::simd {
 
-// exp(x) for x <= 88 (softmax and silu arguments): x = n ln2 + r, |r| <= ln2 / 2, exp(r) by its degree-6
-// Taylor polynomial (truncation <= 1.3e-7 relative, about one ulp), times
-// 2^n by scalef (which also underflows to 0 for very negative x).
+// exp(x) for x <= 88 (softmax and silu arguments): x = n ln2 + r, |r| <= ln2 / 2, exp(r) by its
+// degree-6 Taylor polynomial (truncation <= 1.3e-7 relative, about one ulp), times 2^n by scalef
+// (which also underflows to 0 for very negative x).
 MINFER_AVX512 inline __m512 exp_ps(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),

@@ -23,8 +23,7 @@ void swiglu_scalar(const float* a, const float* b, float* y, int64_t i, int64_t 
 
 #ifdef MINFER_VEC_X86
 bool has_avx512() {
-    static const bool yes = __builtin_cpu_supports("avx512f") &&
-                            __builtin_cpu_supports("avx512dq");
+    static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
     return yes;
 }
 
