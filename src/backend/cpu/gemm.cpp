@@ -404,8 +404,10 @@ bool gemm_supported(DType t, int64_t K) {
 #endif
 }
 
-size_t gemm_act_row_bytes(int64_t K) {
-    return static_cast<size_t>(K) + 2 * static_cast<size_t>(K / kGroup) * sizeof(float);
+size_t gemm_act_row_bytes(DType act, int64_t K) {
+    // q [K], d per 16, and for Q8_K (mins) d * bsum per 16
+    const size_t groups = static_cast<size_t>(K / kGroup) * (act == DType::Q8_K ? 2 : 1);
+    return static_cast<size_t>(K) + groups * sizeof(float);
 }
 
 void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
@@ -417,7 +419,6 @@ void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
         for (int64_t b = 0; b < K / 32; ++b) {
             for (int j = 0; j < 32; ++j) q[32 * b + j] = static_cast<uint8_t>(x[b].qs[j]) ^ 0x80;
             d[2 * b] = d[2 * b + 1] = fp16_to_fp32(x[b].d);
-            bs[2 * b] = bs[2 * b + 1] = 0.0f;
         }
     } else {
         MINFER_ASSERT(act == DType::Q8_K);

@@ -18,11 +18,12 @@ namespace minfer::cpu {
 // K is a multiple of 64.
 bool gemm_supported(tensor::DType weight, int64_t K);
 
-// Bytes of one token's activation row in the GEMM form for K elements.
-size_t gemm_act_row_bytes(int64_t K);
+// Bytes of one token's activation row in the GEMM form for K elements of
+// activation type act (Q8_0 or Q8_K).
+size_t gemm_act_row_bytes(tensor::DType act, int64_t K);
 // Converts one activation row (act_type(weight) blocks, as quantize_act_row
 // made it) into the GEMM form: uint8 q ^ 0x80 [K], float d per 16 [K/16],
-// float d * bsum per 16 [K/16] (Q8_K only).
+// float d * bsum per 16 [K/16] (Q8_K only: Q8_0 rows end before it).
 void gemm_pack_act(tensor::DType act, const void* row, int64_t K, void* out);
 
 // Bytes of per-thread scratch gemm_rows needs for n_rows rows of K.

@@ -77,13 +77,13 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
     // go through a per-thread row (less scratch: the pool keeps its peak).
     bool gemm = n_tokens >= kGemmMinTokens;
     for (int p = 0; p < n_parts && gemm; ++p) gemm = gemm_supported(info[p].w->type, K);
-    const size_t gemm_row = gemm_act_row_bytes(K);
-    size_t gemm_offset[kMaxParts] = {};
+    size_t gemm_row[kMaxParts] = {}, gemm_offset[kMaxParts] = {};
     if (gemm) {
         act_bytes = 0;
         for (int a = 0; a < n_act; ++a) {
+            gemm_row[a] = gemm_act_row_bytes(act_types[a], K);
             gemm_offset[a] = act_bytes;
-            act_bytes += (gemm_row * static_cast<size_t>(n_tokens) + 63) / 64 * 64;
+            act_bytes += (gemm_row[a] * static_cast<size_t>(n_tokens) + 63) / 64 * 64;
         }
     }
 
@@ -96,7 +96,7 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
                     void* row = pool.scratch(ith, act_row_bytes[a]);
                     quantize_act_row(act_types[a], x + t * x_stride, row, K);
                     gemm_pack_act(act_types[a], row, K,
-                                  act + gemm_offset[a] + static_cast<size_t>(t) * gemm_row);
+                                  act + gemm_offset[a] + static_cast<size_t>(t) * gemm_row[a]);
                 } else {
                     quantize_act_row(
                         act_types[a], x + t * x_stride,
@@ -128,8 +128,9 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
                     const int64_t b1 = std::min(r1, pi.row_begin + pi.w->ne[1]);
                     if (b0 >= b1) continue;
                     gemm_rows(pi.w->type, pi.data, pi.row_bytes, K, b0 - pi.row_begin,
-                              b1 - pi.row_begin, act + gemm_offset[pi.act], gemm_row, n_tokens,
-                              out + pi.out_col + (b0 - pi.row_begin), out_stride, scratch);
+                              b1 - pi.row_begin, act + gemm_offset[pi.act], gemm_row[pi.act],
+                              n_tokens, out + pi.out_col + (b0 - pi.row_begin), out_stride,
+                              scratch);
                 }
             }
         };
