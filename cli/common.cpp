@@ -10,7 +10,9 @@ void EngineFlags::add_to(ArgParser& p, bool with_ctx) {
     p.option({"-t", "--threads"}, &threads, "N", "threads (0 = the number of physical cores)");
     if (with_ctx) p.option({"-c", "--ctx-size"}, &ctx_size, "N", "context size in tokens (KV cache rows)");
     p.option({"-b", "--batch-size"}, &batch_size, "N", "tokens per forward pass while reading the prompt");
-    p.option({"-ctk", "--cache-type-k"}, &kv_type, "TYPE", "KV cache element type: f32");
+    p.option({"-ctk", "--cache-type-k"}, &kv_type, "TYPE", "K cache element type: f32 or f16");
+    p.option({"-ctv", "--cache-type-v"}, &kv_type_v, "TYPE",
+             "V cache element type: f32 or f16 (the same as -ctk; -ctk alone sets both)");
     p.option({"--queue-layers"}, &queue_layers, "A:B",
              "run layers A..B-1 on the queue backend (a GPU-like command queue; for testing)");
 }
@@ -22,8 +24,12 @@ runtime::SessionOptions EngineFlags::session_options() const {
     o.n_threads = threads;
     o.n_batch = batch_size;
     auto t = tensor::dtype_from_name(kv_type);
-    if (!t || *t != tensor::DType::F32)
-        throw UsageError("unsupported KV cache type '" + kv_type + "' (supported: f32)");
+    if (!t || (*t != tensor::DType::F32 && *t != tensor::DType::F16))
+        throw UsageError("unsupported KV cache type '" + kv_type + "' (supported: f32, f16)");
+    // One element type for both regions: -ctv defaults to -ctk.
+    if (kv_type_v != "f32" && kv_type_v != kv_type)
+        throw UsageError("-ctv " + kv_type_v + " differs from -ctk " + kv_type +
+                         ": K and V share one element type");
     o.kv_type = *t;
     if (!queue_layers.empty()) {
         int a = 0, b = 0;

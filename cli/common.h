@@ -14,7 +14,8 @@ struct EngineFlags {
     int threads = 0;
     int64_t ctx_size = 4096;
     int64_t batch_size = 512;
-    std::string kv_type = "f32";
+    std::string kv_type = "f32";    // -ctk
+    std::string kv_type_v = "f32";  // -ctv (must equal -ctk: one type for both regions)
     std::string queue_layers;  // "A:B" — layers A..B-1 on the queue backend
 
     void add_to(ArgParser& p, bool with_ctx = true);

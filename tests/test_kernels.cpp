@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "backend/cpu/attn.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
@@ -203,7 +206,8 @@ TEST(CpuQuant, Q8ActivationsRoundTiesToEvenLikeGgml) {
 // bound = sum_i |w_i| e_i, plus 1e-5 * sum |w_i x_i| for the float
 // accumulation of a few hundred terms (each rounding <= 2^-24 relative).
 TEST(CpuMatMul, EveryWeightTypeMatchesDequantizedDotWithinActivationError) {
-    const int64_t K = 512, M = 9, n = 3;
+    // n = 5 tokens: from 4 tokens on the GEMM path runs where it exists.
+    const int64_t K = 512, M = 9, n = 5;
     ThreadPool pool(2);
     std::vector<float> x = random_floats(static_cast<size_t>(K * n), 7);
     x[5] = 3.0f;  // an outlier widens one block's scale
@@ -300,9 +304,63 @@ TEST(CpuMatMul, SameBitsWithOneAndTwoThreadsAndPrefillTiles) {
         cpu::matmul(&part, 1, x.data(), K, n, o1.data(), M, p1);
         cpu::matmul(&part, 1, x.data(), K, n, o2.data(), M, p2);
         EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4)) << dtype_name(t);
-        // token t alone (decode shape) gives the same bits as inside a batch
+        // token t alone (decode shape) against the same token inside a batch
         cpu::matmul(&part, 1, x.data() + 7 * K, K, 1, o3.data(), M, p2);
-        EXPECT_EQ(0, std::memcmp(o3.data(), o1.data() + 7 * M, static_cast<size_t>(M) * 4));
+        if (!cpu::gemm_supported(t, K)) {
+            EXPECT_EQ(0, std::memcmp(o3.data(), o1.data() + 7 * M, static_cast<size_t>(M) * 4));
+            continue;
+        }
+        // The batch took the GEMM path: the integer sums per group are the
+        // same, only the float accumulation order differs. Each path rounds
+        // at most K/32 + 8 times along a chain, each by <= 2^-24 of the sum
+        // of |products| (bounded with the dequantized weights and |x|, as
+        // the activation quantization changes |x| by under 1%).
+        std::vector<float> wrow(static_cast<size_t>(K));
+        for (int64_t m = 0; m < M; ++m) {
+            tensor::dequantize_row(t, w.view.row(m), wrow.data(), K);
+            double mag = 0;
+            for (int64_t i = 0; i < K; ++i)
+                mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(7 * K + i)]);
+            EXPECT_NEAR(o3[size_t(m)], o1[size_t(7 * M + m)],
+                        2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                << dtype_name(t) << " m=" << m;
+        }
+    }
+}
+
+TEST(CpuMatMul, GemmPathEqualsTokenByTokenDots) {
+    // Every GEMM weight type, a fused 3-part matmul with a partial 16-row
+    // tile, 4..9 tokens (full and partial 4-token micro-tiles): each output
+    // equals the vec_dot path of that token alone, within the float-order
+    // bound argued above.
+    const int64_t K = 512;
+    for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+        if (!cpu::gemm_supported(t, K)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+        Weight a = make_weight(t, K, 21, 1), b = make_weight(t, K, 6, 2),
+               c = make_weight(t, K, 6, 3);
+        const cpu::MatMulPart parts[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 27}};
+        const int64_t M = 33;
+        for (int64_t n : {4, 9, 19}) {
+            std::vector<float> x = random_floats(static_cast<size_t>(K * n), 17 + uint32_t(n));
+            std::vector<float> batch(static_cast<size_t>(M * n)), one(static_cast<size_t>(M));
+            ThreadPool pool(2);
+            cpu::matmul(parts, 3, x.data(), K, n, batch.data(), M, pool);
+            std::vector<float> wrow(static_cast<size_t>(K));
+            for (int64_t tok = 0; tok < n; ++tok) {
+                cpu::matmul(parts, 3, x.data() + tok * K, K, 1, one.data(), M, pool);
+                for (int64_t m = 0; m < M; ++m) {
+                    const Weight& w = m < 21 ? a : m < 27 ? b : c;
+                    const int64_t r = m < 21 ? m : m < 27 ? m - 21 : m - 27;
+                    tensor::dequantize_row(t, w.view.row(r), wrow.data(), K);
+                    double mag = 0;
+                    for (int64_t i = 0; i < K; ++i)
+                        mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
+                    EXPECT_NEAR(batch[size_t(tok * M + m)], one[size_t(m)],
+                                2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                        << dtype_name(t) << " n=" << n << " t=" << tok << " m=" << m;
+                }
+            }
+        }
     }
 }
 
@@ -684,5 +742,51 @@ TEST(CpuFusion, FusedQkvEpilogueEqualsUnfusedChainBitForBit) {
         bool any = false;
         for (float f : Kf) any |= f != 0.0f;
         EXPECT_TRUE(any);
+    }
+}
+
+TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
+    // 37 cached rows (two full 16-blocks and a masked tail), GQA 7:1 and
+    // 1:1, head_dim 64 and 128. The SIMD path differs from the scalar loop
+    // only by float order and its exp (<= ~2 ulp): 2e-5 absolute for
+    // values in [-1, 1]. With an f16 cache, a probability may round to the
+    // neighbouring f16 (2^-11 relative) when its float differs in the last
+    // bits: <= 37 * 2^-11 * |p| * |v| summed, 1e-3 absolute.
+    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no AVX-512";
+    const int64_t n_kv = 37;
+    for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}}) {
+        for (DType kvt : {DType::F32, DType::F16}) {
+            SCOPED_TRACE(std::string(dtype_name(kvt)) + " hd=" + std::to_string(s.hd));
+            const int64_t kv = int64_t{s.n_head_kv} * s.hd, nq = int64_t{s.n_head} * s.hd;
+            auto k_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 31);
+            auto v_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 32);
+            std::vector<uint16_t> k16(k_all.size()), v16(v_all.size());
+            for (size_t i = 0; i < k_all.size(); ++i) {
+                k16[i] = fp32_to_fp16(k_all[i]);
+                v16[i] = fp32_to_fp16(v_all[i]);
+            }
+            const bool f16 = kvt == DType::F16;
+            void* K = f16 ? static_cast<void*>(k16.data()) : k_all.data();
+            void* V = f16 ? static_cast<void*>(v16.data()) : v_all.data();
+            auto q = random_floats(static_cast<size_t>(nq * 2), 33);
+            std::vector<int32_t> pos = {int32_t(n_kv - 2), int32_t(n_kv - 1)};
+            Node node = make_node(Op::Attn, {nq, 2, 1, 1});
+            node.meta = s.meta();
+            node.meta.kv_type = kvt;
+            std::vector<float> fast(static_cast<size_t>(nq * 2)), slow(fast.size());
+            NodeData d{{q.data(), nullptr, pos.data()},
+                       fast.data(),
+                       K,
+                       V,
+                       {{nq, 2, 1, 1}, {kv, s.n_ctx, 1, 1}, {2, 1, 1, 1}}};
+            ThreadPool pool(2);
+            cpu::run_node(node, d, pool);
+            setenv("MINFER_SCALAR_ATTN", "1", 1);
+            d.out = slow.data();
+            cpu::run_node(node, d, pool);
+            unsetenv("MINFER_SCALAR_ATTN");
+            for (size_t i = 0; i < fast.size(); ++i)
+                EXPECT_NEAR(fast[i], slow[i], f16 ? 1e-3 : 2e-5) << "i=" << i;
+        }
     }
 }

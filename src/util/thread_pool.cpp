@@ -48,7 +48,15 @@ struct ThreadPool::Impl {
     std::atomic<uint64_t> generation{0};
     std::atomic<int> pending{0};
     const std::function<void(int, int)>* fn = nullptr;
-    std::atomic<bool> stop{false};  // published by the generation bump after it
+    // run_chunks: the chunk counter, the number of workers inside the run,
+    // and the generation that is closed to late joiners.
+    const std::function<void(int, int64_t)>* chunk_fn = nullptr;
+    int64_t n_chunks = 0;
+    std::atomic<int64_t> next_chunk{0};
+    std::atomic<int> active{0};
+    std::atomic<uint64_t> closed{0};
+    std::atomic<uint64_t> chunk_fn_generation{0};  // the generation of a run_chunks
+    std::atomic<bool> stop{false};                 // published by the generation bump after it
     std::mutex mutex;
     std::condition_variable cv;
 
@@ -60,6 +68,18 @@ struct ThreadPool::Impl {
         size_t bytes = 0;
     };
     std::vector<Scratch> scratch;  // [n_threads + 1]
+
+    void take_chunks(int ith) {
+        try {
+            for (int64_t c = next_chunk.fetch_add(1, std::memory_order_relaxed); c < n_chunks;
+                 c = next_chunk.fetch_add(1, std::memory_order_relaxed))
+                (*chunk_fn)(ith, c);
+        } catch (...) {
+            next_chunk.store(n_chunks, std::memory_order_relaxed);  // the others stop early
+            std::lock_guard<std::mutex> lock(error_mutex);
+            if (!error) error = std::current_exception();
+        }
+    }
 
     void call(int ith) {
         try {
@@ -91,6 +111,24 @@ struct ThreadPool::Impl {
             }
             seen = g;
             if (stop.load(std::memory_order_acquire)) return;
+            // A plain run waits for every worker, so if a newer run has
+            // started since we saw g, g was a run_chunks: cg >= g means
+            // "a run_chunks, possibly a later one than g" and we try to
+            // join the latest.
+            const uint64_t cg = chunk_fn_generation.load(std::memory_order_acquire);
+            if (cg >= g) {
+                // Join unless the caller has closed that run (Dekker-style:
+                // seq_cst on both sides, so either the caller sees us in
+                // `active` or we see the run closed).
+                active.fetch_add(1, std::memory_order_seq_cst);
+                // The re-read of chunk_fn_generation rejects a stale cg
+                // whose run is over (closed has moved past it).
+                if (closed.load(std::memory_order_seq_cst) != cg &&
+                    chunk_fn_generation.load(std::memory_order_seq_cst) == cg)
+                    take_chunks(ith);
+                active.fetch_sub(1, std::memory_order_release);
+                continue;
+            }
             call(ith);
             pending.fetch_sub(1, std::memory_order_acq_rel);
         }
@@ -144,6 +182,34 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
         }
     }
     p.fn = nullptr;
+    if (p.error) {
+        std::exception_ptr e = std::exchange(p.error, nullptr);
+        std::rethrow_exception(e);
+    }
+}
+
+void ThreadPool::run_chunks(int64_t n_chunks, const std::function<void(int, int64_t)>& fn) {
+    Impl& p = *impl_;
+    if (n_chunks <= 0) return;
+    p.error = nullptr;
+    p.chunk_fn = &fn;
+    p.n_chunks = n_chunks;
+    p.next_chunk.store(0, std::memory_order_relaxed);
+    uint64_t g = 0;
+    if (p.n_threads > 1 && n_chunks > 1) {
+        std::lock_guard<std::mutex> lock(p.mutex);
+        g = p.generation.load(std::memory_order_relaxed) + 1;
+        p.chunk_fn_generation.store(g, std::memory_order_relaxed);
+        p.generation.store(g, std::memory_order_release);
+    }
+    if (g != 0) p.cv.notify_all();
+    p.take_chunks(0);
+    if (g != 0) {
+        p.closed.store(g, std::memory_order_seq_cst);
+        // Workers that joined are finishing their last chunk.
+        while (p.active.load(std::memory_order_seq_cst) != 0) MINFER_CPU_RELAX();
+    }
+    p.chunk_fn = nullptr;
     if (p.error) {
         std::exception_ptr e = std::exchange(p.error, nullptr);
         std::rethrow_exception(e);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -21,6 +22,14 @@ class ThreadPool {
     // exception thrown by fn is rethrown here (the first one) after every
     // thread has finished. Not reentrant: fn must not call run().
     void run(const std::function<void(int ith, int nth)>& fn);
+
+    // Calls fn(ith, chunk) once for every chunk in [0, n_chunks), handing
+    // chunks out by an atomic counter to whichever threads are running: the
+    // caller starts at once, and a worker that wakes after every chunk is
+    // taken stays out. So a worker descheduled by another process delays
+    // nothing (with run(), every op waits for the slowest thread to wake).
+    // Returns when every chunk has finished. Exceptions as for run().
+    void run_chunks(int64_t n_chunks, const std::function<void(int ith, int64_t chunk)>& fn);
 
     // Scratch memory owned by the pool, 64-byte aligned, grown on demand and
     // kept between runs (so steady-state decode allocates nothing). Slot ith

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "backend/cpu/attn.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
+#include "backend/cpu/vec_ops.h"
 #include "util/error.h"
 
 namespace minfer::cpu {
@@ -33,11 +36,15 @@ void parallel_ranges(ThreadPool& pool, int64_t n_items, int64_t elems_per_item, 
         fn(int64_t{0}, n_items);
         return;
     }
-    pool.run([&](int ith, int nth) {
-        const int64_t per = (n_items + nth - 1) / nth;
-        const int64_t i0 = std::min(n_items, per * ith);
-        const int64_t i1 = std::min(n_items, i0 + per);
-        if (i0 < i1) fn(i0, i1);
+    // Chunks of at least kParallelMinElements / 2 elements, about 4 per
+    // thread, taken by whichever threads are awake.
+    const int64_t min_items =
+        std::max<int64_t>(1, kParallelMinElements / 2 / std::max<int64_t>(1, elems_per_item));
+    const int64_t per = std::max(min_items, (n_items + 4 * pool.size() - 1) / (4 * pool.size()));
+    const int64_t n_chunks = (n_items + per - 1) / per;
+    pool.run_chunks(n_chunks, [&](int, int64_t c) {
+        const int64_t i0 = c * per;
+        fn(i0, std::min(n_items, i0 + per));
     });
 }
 
@@ -70,10 +77,6 @@ void check_positions(const Node& node, const int32_t* pos, int64_t n) {
 
 void add_row(const float* a, const float* b, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
-}
-
-float silu(float x) {
-    return x / (1.0f + std::exp(-x));
 }
 
 // ---- the KV cache rows ---------------------------------------------------------
@@ -190,6 +193,11 @@ void op_kv_store(const Node& node, const NodeData& data, ThreadPool&) {
     }
 }
 
+bool scalar_attn_forced() {
+    const char* e = std::getenv("MINFER_SCALAR_ATTN");
+    return e != nullptr && e[0] == '1';
+}
+
 void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
     const auto& m = node.meta;
     const int64_t n = node.ne[1], hd = m.head_dim, n_head = m.n_head, n_head_kv = m.n_head_kv;
@@ -209,11 +217,15 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
     const bool f16 = m.kv_type == DType::F16;
     MINFER_ASSERT(f16 || m.kv_type == DType::F32);
     const int64_t n_items = n * n_head;
+    // MINFER_SCALAR_ATTN=1 keeps the scalar reference loop (tests compare).
+    const bool simd = attn_simd_supported(hd) && !scalar_attn_forced();
 
-    pool.run([&](int ith, int nth) {
-        const int64_t per = (n_items + nth - 1) / nth;
-        const int64_t it0 = std::min(n_items, per * ith), it1 = std::min(n_items, it0 + per);
-        if (it0 >= it1) return;
+    // Items (token, head) in chunks of a few heads: a chunk's heads share
+    // K/V rows of one group where they can.
+    const int64_t per = std::max<int64_t>(1, std::min<int64_t>(group, n_items / (4 * pool.size())));
+    const int64_t n_chunks = (n_items + per - 1) / per;
+    pool.run_chunks(n_chunks, [&](int ith, int64_t c) {
+        const int64_t it0 = c * per, it1 = std::min(n_items, it0 + per);
         // scores [max_pos + 1], and for f16 caches a q and a k/v row as floats
         auto* s = static_cast<float*>(pool.scratch(
             ith, (static_cast<size_t>(max_pos) + 1 + 2 * static_cast<size_t>(hd)) * 4));
@@ -224,6 +236,10 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
             const int64_t n_kv = int64_t{pos[t]} + 1;  // causal: positions 0..pos
             const float* qh = q + t * q_stride + h * hd;
             float* o = out + t * node.ne[0] + h * hd;
+            if (simd) {
+                attn_head_simd(f16, qh, data.k, data.v, kv_row, kvh * hd, n_kv, hd, scale, s, o);
+                continue;
+            }
             // Scores: ggml's mul_mat(k, q) then soft_max_ext(scale). An f16
             // cache makes ggml convert q to f16 first (vec_dot_type of f16).
             if (f16) {
@@ -412,14 +428,14 @@ void run_node(const Node& node, const NodeData& data, ThreadPool& pool) {
         case Op::Silu: {
             const auto* a = static_cast<const float*>(data.src[0]);
             return elementwise(node, data, pool, [&](float* y, int64_t i0, int64_t i1) {
-                for (int64_t i = i0; i < i1; ++i) y[i] = silu(a[i]);
+                swiglu_row(a + i0, nullptr, y + i0, i1 - i0);
             });
         }
         case Op::SwiGLU: {
             const auto* a = static_cast<const float*>(data.src[0]);
             const auto* b = static_cast<const float*>(data.src[1]);
             return elementwise(node, data, pool, [&](float* y, int64_t i0, int64_t i1) {
-                for (int64_t i = i0; i < i1; ++i) y[i] = silu(a[i]) * b[i];
+                swiglu_row(a + i0, b + i0, y + i0, i1 - i0);
             });
         }
         case Op::HeadNorm:

@@ -21,6 +21,10 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
+// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_*
+// placeholders) once they are inlined here.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #define MINFER_X86_SIMD 1
 #endif
@@ -359,6 +363,265 @@ MINFER_AVX2 float dot_q6_K_avx2(int64_t n, const void* vw, const void* va) {
     return hsum_avx2(acc);
 }
 
+// Q5_0 x Q8_0 with AVX2 (ggml's x86 path): nibbles to 32 bytes, the 5th
+// bits to a byte mask; a clear 5th bit ORs 0xF0 in, which makes the byte
+// (q - 16) as int8 directly. Then |x| * sign(y, x) by maddubs as for Q8_0.
+MINFER_AVX2 inline __m256i q5_0_bytes_avx2(const block_q5_0& b) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+    __m256i q = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    q = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    __m256i bits = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuf);
+    bits = _mm256_or_si256(bits, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    const __m256i set = _mm256_cmpeq_epi8(bits, _mm256_set1_epi64x(-1));
+    return _mm256_or_si256(q, _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0))));
+}
+
+MINFER_AVX2 float dot_q5_0_avx2(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q5_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / QK5_0; ++ib) {
+        const __m256i qx = q5_0_bytes_avx2(x[ib]);
+        const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[ib].qs));
+        const __m256i p16 =
+            _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[ib].d) * _cvtsh_ss(y[ib].d)), p, acc);
+    }
+    return hsum_avx2(acc);
+}
+
+#define MINFER_VNNI256 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+// Q5_0 x Q8_0 with AVX-512 VNNI on 256-bit vectors: the 5th bits are a mask
+// register (bit i = element i), so (q | 16 where set) - 16 is two masked
+// byte ops; |v| * sign(y, v) by one vpdpbusd into exact int32 lanes.
+MINFER_VNNI256 inline __m256 q5_0_block_vnni(const block_q5_0& x, const block_q8_0& y) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs));
+    __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    q = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
+    uint32_t qh;
+    std::memcpy(&qh, x.qh, 4);
+    q = _mm256_mask_add_epi8(q, static_cast<__mmask32>(qh), q, _mm256_set1_epi8(0x10));
+    const __m256i v = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
+    const __m256i p =
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(v), _mm256_sign_epi8(a, v));
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * _cvtsh_ss(y.d)), _mm256_cvtepi32_ps(p));
+}
+
+// Two Q5_0 blocks per 512-bit step. The bytes are arranged as
+// [x0 lo, x1 lo, x0 hi, x1 hi] (16 each: low nibbles = elements 0-15, high
+// = 16-31), the activations permuted to match, the 5th bits gathered into
+// one 64-bit mask in that order. Unsigned q5 = q | 16 times signed y by
+// vpdpbusd, minus 16 * (sum of y) by a second vpdpbusd: exact int32 lanes;
+// lanes 0-3 and 8-11 belong to block 0, 4-7 and 12-15 to block 1.
+#define MINFER_VNNI512 \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+MINFER_VNNI512 inline __m512 q5_0_pair_vnni(const block_q5_0& x0, const block_q5_0& x1,
+                                            const block_q8_0& y0, const block_q8_0& y1) {
+    const __m256i t = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x0.qs))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x1.qs)), 1);
+    __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
+    q = _mm512_and_si512(q, _mm512_set1_epi8(0xF));
+    uint32_t h0, h1;
+    std::memcpy(&h0, x0.qh, 4);
+    std::memcpy(&h1, x1.qh, 4);
+    const uint64_t mask = (uint64_t{h0} & 0xFFFF) | ((uint64_t{h1} & 0xFFFF) << 16) |
+                          (uint64_t{h0 >> 16} << 32) | (uint64_t{h1 >> 16} << 48);
+    q = _mm512_mask_add_epi8(q, static_cast<__mmask64>(mask), q, _mm512_set1_epi8(0x10));
+    const __m512i a = _mm512_permutex2var_epi64(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y0.qs))),
+        _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0),
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y1.qs))));
+    const __m512i p =
+        _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a),
+                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(16), a));
+    const float s0 = _cvtsh_ss(x0.d) * _cvtsh_ss(y0.d), s1 = _cvtsh_ss(x1.d) * _cvtsh_ss(y1.d);
+    const __m512 sc = _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
+    return _mm512_mul_ps(sc, _mm512_cvtepi32_ps(p));
+}
+
+MINFER_VNNI512 float dot_q5_0_vnni512(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q5_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    const int64_t nb = n / QK5_0;
+    int64_t ib = 0;
+    for (; ib + 4 <= nb; ib += 4) {
+        acc0 = _mm512_add_ps(acc0, q5_0_pair_vnni(x[ib], x[ib + 1], y[ib], y[ib + 1]));
+        acc1 = _mm512_add_ps(acc1, q5_0_pair_vnni(x[ib + 2], x[ib + 3], y[ib + 2], y[ib + 3]));
+    }
+    for (; ib + 2 <= nb; ib += 2)
+        acc0 = _mm512_add_ps(acc0, q5_0_pair_vnni(x[ib], x[ib + 1], y[ib], y[ib + 1]));
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    if (ib < nb) sum += hsum_avx2(q5_0_block_vnni(x[ib], y[ib]));
+    return sum;
+}
+
+// The 8 six-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K / Q5_K
+// block, unpacked with word operations (the same values as scale_min_k4).
+MINFER_INLINE void q4k_scales_mins(const uint8_t* packed, uint8_t* out16) {
+    uint32_t u[4];
+    std::memcpy(u, packed, 12);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
+    const uint32_t mins_lo = u[1] & low6;                       // m0..m3
+    u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4);  // m4..m7
+    u[1] = (u[2] & low4) | (((u[0] >> 6) & top2) << 4);         // sc4..sc7
+    u[2] = mins_lo;
+    u[0] &= low6;  // sc0..sc3
+    std::memcpy(out16, u, 16);
+}
+
+// Q4_K x Q8_K with AVX-512 (BW + VNNI): 64 nibbles per step as [low 32 |
+// high 32] = two sub-blocks in q8 order, maddubs to int16 pairs, then
+// vpdpwssd by the sub-blocks' scales (permuted into the int16 lanes) into
+// int32 lanes; the mins through a madd with the bsums.
+MINFER_VNNI512 float dot_q4_K_vnni512(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q4_K*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512 acc = _mm512_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        alignas(16) uint8_t sm[16];
+        q4k_scales_mins(x[i].scales, sm);
+        const __m256i sm16 =
+            _mm256_cvtepu8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)));
+        // mins: sum_j m_j * (bsum[2j] + bsum[2j+1]) via madd of pair sums
+        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums));
+        const __m128i bpair = _mm_packs_epi32(
+            _mm256_castsi256_si128(_mm256_madd_epi16(bs, _mm256_set1_epi16(1))),
+            _mm256_extracti128_si256(_mm256_madd_epi16(bs, _mm256_set1_epi16(1)), 1));
+        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), bpair);
+        const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        const __m512i sc512 = _mm512_castsi256_si512(sm16);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int j = 0; j < 4; ++j) {
+            const __m256i b =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * j));
+            const __m512i q = _mm512_and_si512(
+                _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1), m4);
+            const __m512i a = _mm512_loadu_si512(y[i].qs + 64 * j);
+            const __m512i p16 = _mm512_maddubs_epi16(q, a);
+            // int16 lanes 0-15: scale 2j, 16-31: scale 2j+1
+            const __m512i sc = _mm512_permutexvar_epi16(
+                _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * j)),
+                                   _mm256_set1_epi16(static_cast<int16_t>(2 * j + 1)), 1),
+                sc512);
+            sumi = _mm512_dpwssd_epi32(sumi, p16, sc);
+        }
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(acc_m);
+}
+
+// Q6_K x Q8_K with AVX-512 (BW + VNNI): per half-block 128 six-bit values
+// as two 64-byte vectors in q8 order ([q0 | q1], [q2 | q3] of the AVX2
+// path), maddubs(q, y) - maddubs(32, y) = (q - 32) * y in int16 pairs, then
+// vpdpwssd by the 16-element groups' int8 scales (8 int16 lanes each).
+MINFER_VNNI512 float dot_q6_K_vnni512(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q6_K*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i m2 = _mm512_set1_epi8(3);
+    const __m512i m32 = _mm512_set1_epi8(32);
+    // int16 lane l (elements 2l, 2l+1) of a 64-element step is in group l / 8
+    const __m512i grp = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1,
+                                         1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        const __m256i sc16 =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+        const __m512i sc512 = _mm512_castsi256_si512(sc16);
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; ++h) {
+            const __m512i l = _mm512_loadu_si512(x[i].ql + 64 * h);
+            const __m256i hb =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * h));
+            const __m512i hh =
+                _mm512_inserti64x4(_mm512_castsi256_si512(hb), _mm256_srli_epi16(hb, 2), 1);
+            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                                _mm512_slli_epi16(_mm512_and_si512(hh, m2), 4));
+            const __m512i q23 = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hh, 4), m2), 4));
+            const __m512i y01 = _mm512_loadu_si512(y[i].qs + 128 * h);
+            const __m512i y23 = _mm512_loadu_si512(y[i].qs + 128 * h + 64);
+            const __m512i p01 =
+                _mm512_sub_epi16(_mm512_maddubs_epi16(q01, y01), _mm512_maddubs_epi16(m32, y01));
+            const __m512i p23 =
+                _mm512_sub_epi16(_mm512_maddubs_epi16(q23, y23), _mm512_maddubs_epi16(m32, y23));
+            // groups 8h + 0..3 for q01, 8h + 4..7 for q23
+            const __m512i g01 =
+                _mm512_add_epi16(grp, _mm512_set1_epi16(static_cast<int16_t>(8 * h)));
+            const __m512i g23 =
+                _mm512_add_epi16(grp, _mm512_set1_epi16(static_cast<int16_t>(8 * h + 4)));
+            sumi = _mm512_dpwssd_epi32(sumi, p01, _mm512_permutexvar_epi16(g01, sc512));
+            sumi = _mm512_dpwssd_epi32(sumi, p23, _mm512_permutexvar_epi16(g23, sc512));
+        }
+        const float d = _cvtsh_ss(x[i].d) * y[i].d;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+MINFER_VNNI256 float dot_q5_0_vnni(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q5_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+    const int64_t nb = n / QK5_0;
+    int64_t ib = 0;
+    for (; ib + 4 <= nb; ib += 4) {
+        acc0 = _mm256_add_ps(acc0, q5_0_block_vnni(x[ib], y[ib]));
+        acc1 = _mm256_add_ps(acc1, q5_0_block_vnni(x[ib + 1], y[ib + 1]));
+        acc2 = _mm256_add_ps(acc2, q5_0_block_vnni(x[ib + 2], y[ib + 2]));
+        acc3 = _mm256_add_ps(acc3, q5_0_block_vnni(x[ib + 3], y[ib + 3]));
+    }
+    for (; ib < nb; ++ib) acc0 = _mm256_add_ps(acc0, q5_0_block_vnni(x[ib], y[ib]));
+    return hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+}
+
+// Q8_0 x Q8_0 the same way (vpdpbusd for maddubs + madd).
+MINFER_VNNI256 inline __m256 q8_0_block_vnni(const block_q8_0& x, const block_q8_0& y) {
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+    const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
+    const __m256i p =
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(qx), _mm256_sign_epi8(qy, qx));
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * _cvtsh_ss(y.d)), _mm256_cvtepi32_ps(p));
+}
+
+MINFER_VNNI256 float dot_q8_0_vnni(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const block_q8_0*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int64_t nb = n / QK8_0;
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2) {
+        acc0 = _mm256_add_ps(acc0, q8_0_block_vnni(x[ib], y[ib]));
+        acc1 = _mm256_add_ps(acc1, q8_0_block_vnni(x[ib + 1], y[ib + 1]));
+    }
+    if (ib < nb) acc0 = _mm256_add_ps(acc0, q8_0_block_vnni(x[ib], y[ib]));
+    return hsum_avx2(_mm256_add_ps(acc0, acc1));
+}
+
+bool has_vnni256() {
+    static const bool yes = __builtin_cpu_supports("avx512vl") &&
+                            __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vnni");
+    return yes;
+}
+
 bool has_avx2() {
     // f16c through cpuid: clang before 16 does not know
     // __builtin_cpu_supports("f16c") (the fuzz build uses clang 14).
@@ -530,12 +793,16 @@ float dot_f32_fn(int64_t n, const void* vw, const void* va) {
 // As ggml's x86 quantize_row_q8_0 / q8_1 (the ones llama.cpp runs on this
 // machine): d = amax / 127 stored as f16, q = round-to-nearest-even(x * 127 /
 // amax). q8_1 also stores s = d * sum(q).
+// (A compare instead of fmax, so the max vectorizes; the same for finite x.)
 template <bool kWithSum, typename Block>
-void quantize_q8_32(const float* x, Block* y, int64_t n) {
+MINFER_INLINE void quantize_q8_32(const float* x, Block* y, int64_t n) {
     for (int64_t ib = 0; ib < n / 32; ++ib) {
         const float* xb = x + 32 * ib;
         float amax = 0;
-        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+        for (int j = 0; j < 32; ++j) {
+            const float ax = std::fabs(xb[j]);
+            amax = ax > amax ? ax : amax;
+        }
         const float d = amax / 127.f;
         const float id = amax != 0.0f ? 127.f / amax : 0.0f;
         y[ib].d = fp32_to_fp16(d);
@@ -551,7 +818,14 @@ void quantize_q8_32(const float* x, Block* y, int64_t n) {
 
 // ggml's quantize_row_q8_K_ref: scale from the signed value of largest
 // magnitude (so it maps to -127), ties to even, bsums per 16.
-void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
+MINFER_CLONES void quantize_q8_0_row(const float* x, block_q8_0* y, int64_t n) {
+    quantize_q8_32<false>(x, y, n);
+}
+MINFER_CLONES void quantize_q8_1_row(const float* x, block_q8_1* y, int64_t n) {
+    quantize_q8_32<true>(x, y, n);
+}
+
+MINFER_CLONES void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
         float max = 0, amax = 0;
         for (int j = 0; j < QK_K; ++j) {
@@ -623,10 +897,10 @@ DType act_type(DType w) {
 void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
     switch (act) {
         case DType::Q8_0:
-            quantize_q8_32<false>(x, static_cast<block_q8_0*>(y), n);
+            quantize_q8_0_row(x, static_cast<block_q8_0*>(y), n);
             return;
         case DType::Q8_1:
-            quantize_q8_32<true>(x, static_cast<block_q8_1*>(y), n);
+            quantize_q8_1_row(x, static_cast<block_q8_1*>(y), n);
             return;
         case DType::Q8_K:
             quantize_q8_K(x, static_cast<block_q8_K*>(y), n);
@@ -662,11 +936,17 @@ VecDotFn vec_dot_fn(DType w) {
         case DType::Q4_1:
             return dot_q4_1;
         case DType::Q5_0:
+#ifdef MINFER_X86_SIMD
+            if (has_vnni256() && __builtin_cpu_supports("avx512dq")) return dot_q5_0_vnni512;
+            if (has_vnni256()) return dot_q5_0_vnni;
+            if (has_avx2()) return dot_q5_0_avx2;
+#endif
             return dot_q5_0;
         case DType::Q5_1:
             return dot_q5_1;
         case DType::Q8_0:
 #ifdef MINFER_X86_SIMD
+            if (has_vnni256()) return dot_q8_0_vnni;
             if (has_avx2()) return dot_q8_0_avx2;
 #endif
             return dot_q8_0;
@@ -676,6 +956,7 @@ VecDotFn vec_dot_fn(DType w) {
             return dot_q3_K;
         case DType::Q4_K:
 #ifdef MINFER_X86_SIMD
+            if (has_vnni256() && __builtin_cpu_supports("avx512dq")) return dot_q4_K_vnni512;
             if (has_avx2()) return dot_q4_K_avx2;
 #endif
             return dot_q4_K;
@@ -683,6 +964,7 @@ VecDotFn vec_dot_fn(DType w) {
             return dot_q5_K;
         case DType::Q6_K:
 #ifdef MINFER_X86_SIMD
+            if (has_vnni256() && __builtin_cpu_supports("avx512dq")) return dot_q6_K_vnni512;
             if (has_avx2()) return dot_q6_K_avx2;
 #endif
             return dot_q6_K;

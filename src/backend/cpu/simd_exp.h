@@ -1,0 +1,30 @@
+// exp for AVX-512 kernels (internal to src/backend/cpu; include only from
+// files that already include <immintrin.h> on x86-64 GCC/Clang).
+#pragma once
+
+#include <immintrin.h>
+
+#define MINFER_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
+
+namespace minfer::cpu::simd {
+
+// exp(x) for x <= 88 (softmax and silu arguments): x = n ln2 + r, |r| <= ln2 / 2, exp(r) by its
+// degree-6 Taylor polynomial (truncation <= 1.3e-7 relative, about one ulp), times 2^n by scalef
+// (which also underflows to 0 for very negative x).
+MINFER_AVX512 inline __m512 exp_ps(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+}  // namespace minfer::cpu::simd

@@ -1,0 +1,53 @@
+#include "backend/cpu/vec_ops.h"
+
+#include <cmath>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#define MINFER_VEC_X86 1
+#include "backend/cpu/simd_exp.h"
+#endif
+
+namespace minfer::cpu {
+
+namespace {
+
+void swiglu_scalar(const float* a, const float* b, float* y, int64_t i, int64_t n) {
+    for (; i < n; ++i) {
+        const float s = a[i] / (1.0f + std::exp(-a[i]));
+        y[i] = b ? s * b[i] : s;
+    }
+}
+
+#ifdef MINFER_VEC_X86
+bool has_avx512() {
+    static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    return yes;
+}
+
+MINFER_AVX512 void swiglu_avx512(const float* a, const float* b, float* y, int64_t n) {
+    int64_t i = 0;
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(a + i);
+        const __m512 e = simd::exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        __m512 r = _mm512_div_ps(x, _mm512_add_ps(one, e));
+        if (b) r = _mm512_mul_ps(r, _mm512_loadu_ps(b + i));
+        _mm512_storeu_ps(y + i, r);
+    }
+    swiglu_scalar(a, b, y, i, n);
+}
+#endif
+
+}  // namespace
+
+void swiglu_row(const float* a, const float* b, float* y, int64_t n) {
+#ifdef MINFER_VEC_X86
+    if (has_avx512()) return swiglu_avx512(a, b, y, n);
+#endif
+    swiglu_scalar(a, b, y, 0, n);
+}
+
+}  // namespace minfer::cpu

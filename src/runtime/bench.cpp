@@ -1,0 +1,115 @@
+#include "runtime/bench.h"
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "util/error.h"
+
+namespace minfer::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n_vocab, int64_t n) {
+    std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(n_vocab - 1));
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = d(rng);
+    return t;
+}
+
+void summarize(BenchResult& r) {
+    const double n = static_cast<double>(r.samples_ts.size());
+    if (r.samples_ts.empty()) return;
+    double s = 0;
+    for (double v : r.samples_ts) s += v;
+    r.avg_ts = s / n;
+    double ss = 0;
+    for (double v : r.samples_ts) ss += (v - r.avg_ts) * (v - r.avg_ts);
+    r.stddev_ts = r.samples_ts.size() > 1 ? std::sqrt(ss / (n - 1)) : 0.0;
+}
+
+}  // namespace
+
+int64_t model_params(const model::Model& model) {
+    int64_t n = 0;
+    for (const auto& t : model.file.tensors()) n += t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+    return n;
+}
+
+double decode_bytes_per_token(const model::Model& model) {
+    double bytes = 0;
+    for (const auto& t : model.file.tensors()) {
+        if (model.tok_embd && t.name == model.tok_embd->name && !model.tied_output) {
+            bytes += static_cast<double>(t.nbytes) / static_cast<double>(t.ne[1]);
+            continue;
+        }
+        bytes += static_cast<double>(t.nbytes);
+    }
+    return bytes;
+}
+
+double prompt_ops(const model::Model& model, int64_t n) {
+    const auto& hp = model.hp;
+    const double nt = static_cast<double>(n);
+    const double per_layer =
+        static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_embd_q() + 2 * hp.n_embd_kv()) +
+        static_cast<double>(hp.n_embd_q()) * static_cast<double>(hp.n_embd) +
+        3.0 * static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_ff);
+    double ops = 2.0 * nt * per_layer * static_cast<double>(hp.n_layer);
+    // Attention: token t sees t + 1 keys; QK^T and PV, head_dim each, per head.
+    const double pairs = nt * (nt + 1) / 2;
+    ops += 2.0 * 2.0 * pairs * static_cast<double>(hp.n_embd_q()) * static_cast<double>(hp.n_layer);
+    ops += 2.0 * static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_vocab);
+    return ops;
+}
+
+std::vector<BenchResult> run_bench(const model::Model& model, const BenchParams& p) {
+    if (p.n_prompt < 0 || p.n_gen < 0) throw Error("bench: -p and -n must be >= 0");
+    if (p.reps < 1) throw Error("bench: -r must be >= 1");
+    SessionOptions so = p.session;
+    so.n_ctx = std::max<int64_t>(1, p.n_prompt + p.n_gen);
+    Session session(model, so);
+    std::mt19937 rng(p.seed);
+    const int64_t n_vocab = model.hp.n_vocab;
+    std::vector<BenchResult> out;
+
+    if (p.n_prompt > 0) {
+        BenchResult r;
+        r.test = "pp" + std::to_string(p.n_prompt);
+        r.n_prompt = p.n_prompt;
+        const std::vector<int32_t> tokens = random_tokens(rng, n_vocab, p.n_prompt);
+        for (int rep = -1; rep < p.reps; ++rep) {  // rep -1: the warm-up
+            session.truncate(0);
+            const auto t0 = Clock::now();
+            (void)session.eval(tokens);
+            const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+            if (rep >= 0) r.samples_ts.push_back(static_cast<double>(p.n_prompt) / s);
+        }
+        summarize(r);
+        r.gops = prompt_ops(model, p.n_prompt) * r.avg_ts / static_cast<double>(p.n_prompt) / 1e9;
+        out.push_back(std::move(r));
+    }
+    if (p.n_gen > 0) {
+        BenchResult r;
+        r.test = "tg" + std::to_string(p.n_gen);
+        r.n_gen = p.n_gen;
+        const std::vector<int32_t> tokens = random_tokens(rng, n_vocab, p.n_gen);
+        for (int rep = -1; rep < p.reps; ++rep) {
+            session.truncate(0);
+            const int64_t n = rep < 0 ? 1 : p.n_gen;  // llama-bench warms up with one token
+            const auto t0 = Clock::now();
+            for (int64_t i = 0; i < n; ++i)
+                (void)session.eval(std::span<const int32_t>(&tokens[static_cast<size_t>(i)], 1));
+            const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+            if (rep >= 0) r.samples_ts.push_back(static_cast<double>(n) / s);
+        }
+        summarize(r);
+        r.gbps = decode_bytes_per_token(model) * r.avg_ts / 1e9;
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+}  // namespace minfer::runtime

@@ -1,0 +1,50 @@
+// Whole-model throughput as llama-bench measures it: a prompt test (ppN: N
+// random tokens from an empty cache, logits of the last row only) and a
+// generation test (tgN: N single-token passes from an empty cache), each
+// repeated after one warm-up run, timed without loading or tokenization.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/session.h"
+
+namespace minfer::runtime {
+
+struct BenchParams {
+    int64_t n_prompt = 512;  // 0: no prompt test
+    int64_t n_gen = 128;     // 0: no generation test
+    int reps = 5;
+    uint32_t seed = 42;      // of the random token ids
+    SessionOptions session;  // n_ctx is set to n_prompt + n_gen (as llama-bench)
+};
+
+struct BenchResult {
+    std::string test;  // "pp512" / "tg128"
+    int64_t n_prompt = 0;
+    int64_t n_gen = 0;
+    std::vector<double> samples_ts;  // tokens/s of each repetition
+    double avg_ts = 0, stddev_ts = 0;
+    // Generation: weight bytes streamed per token times tokens/s.
+    double gbps = 0;
+    // Prompt: matmul + attention operations (2 per multiply-add) per second.
+    double gops = 0;
+};
+
+// Bytes of weights one decode step reads: every matrix and vector except the
+// token-embedding table (one row of it is read), which counts in full when
+// the output matrix is tied to it.
+double decode_bytes_per_token(const model::Model& model);
+// Operations (2 per multiply-add) of a prompt pass of n tokens from an empty
+// cache: the weight matmuls and the causal attention scores and sums. The
+// logits matmul counts one row (only the last row is computed).
+double prompt_ops(const model::Model& model, int64_t n_tokens);
+// Number of weight elements (llama-bench's "params").
+int64_t model_params(const model::Model& model);
+
+// Runs the requested tests; progress goes nowhere (the caller prints).
+std::vector<BenchResult> run_bench(const model::Model& model, const BenchParams& params);
+
+}  // namespace minfer::runtime
