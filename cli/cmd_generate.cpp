@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -101,12 +101,14 @@ std::string generate(runtime::Session& session, const tokenizer::Tokenizer& tok,
         ++timing.gen_tokens;
         bool stop = false;
         for (const auto& s : f.stops)
-            if (!s.empty() && text.size() >= s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0)
+            if (!s.empty() && text.size() >= s.size() &&
+                text.compare(text.size() - s.size(), s.size(), s) == 0)
                 stop = true;
         if (stop || (n_predict >= 0 && i + 1 >= n_predict)) {
             // In a chat the cache must hold every token of the reply, so the
             // next turn continues from it.
-            if (f.chat && session.n_past() < session.n_ctx()) session.eval(std::span<const int32_t>(&id, 1));
+            if (f.chat && session.n_past() < session.n_ctx())
+                session.eval(std::span<const int32_t>(&id, 1));
             break;
         }
         if (session.n_past() >= session.n_ctx()) {
@@ -129,17 +131,20 @@ std::string generate(runtime::Session& session, const tokenizer::Tokenizer& tok,
 int cmd_generate(int argc, char** argv, int first) {
     GenFlags f;
     f.model_path = default_model_path();
-    ArgParser p("minfer",
-                "Generates text from a prompt with a Qwen-family GGUF model (llama.cpp's flags).\n"
-                "With no -m it uses the built-in model, a tiny model trained on the King James Bible.");
+    ArgParser p(
+        "minfer",
+        "Generates text from a prompt with a Qwen-family GGUF model (llama.cpp's flags).\n"
+        "With no -m it uses the built-in model, a tiny model trained on the King James Bible.");
     add_generate_flags(p, f);
-    p.epilog("Examples:\n"
-             "  minfer -p \"And God said\" -n 64\n"
-             "  minfer -m qwen2.5-0.5b-instruct-q4_k_m.gguf -cnv -sys \"You are helpful.\"");
+    p.epilog(
+        "Examples:\n"
+        "  minfer -p \"And God said\" -n 64\n"
+        "  minfer -m qwen2.5-0.5b-instruct-q4_k_m.gguf -cnv -sys \"You are helpful.\"");
     if (!p.parse(argc, argv, first)) return 0;
     check_generate_flags(f);
     if (!f.prompt_file.empty()) f.prompt = read_file(f.prompt_file);
-    if (!f.chat && f.prompt.empty()) throw UsageError("give a prompt with -p or -f (or chat with -cnv)");
+    if (!f.chat && f.prompt.empty())
+        throw UsageError("give a prompt with -p or -f (or chat with -cnv)");
     if (f.seed < 0) f.seed = static_cast<int64_t>(std::random_device{}() & 0x7fffffff);
     f.sp.seed = static_cast<uint64_t>(f.seed);
 
@@ -187,9 +192,11 @@ int cmd_generate(int argc, char** argv, int first) {
     // Chat: ChatML rendered natively; the KV cache is kept between turns and
     // only the new part of the conversation is run each turn.
     const auto jinja = model.file.get_string("tokenizer.chat_template");
-    if (f.chat_template.empty() && (!jinja || tokenizer::detect_chat_template(*jinja) !=
-                                                   tokenizer::ChatTemplateKind::ChatML))
-        warn("the model's chat template is not ChatML; using ChatML anyway (--chat-template chatml)");
+    if (f.chat_template.empty() &&
+        (!jinja || tokenizer::detect_chat_template(*jinja) != tokenizer::ChatTemplateKind::ChatML))
+        warn(
+            "the model's chat template is not ChatML; using ChatML anyway (--chat-template "
+            "chatml)");
     std::vector<tokenizer::ChatMessage> messages;
     if (!f.system_prompt.empty()) messages.push_back({"system", f.system_prompt});
     std::string rendered;  // what the KV cache holds, as text
@@ -218,7 +225,8 @@ int cmd_generate(int argc, char** argv, int first) {
         }
         std::vector<int32_t> ids = tok.encode(delta, true);
         if (session.n_past() + static_cast<int64_t>(ids.size()) >= session.n_ctx()) {
-            std::fprintf(stderr, "minfer: the conversation no longer fits in the context (%lld tokens)\n",
+            std::fprintf(stderr,
+                         "minfer: the conversation no longer fits in the context (%lld tokens)\n",
                          static_cast<long long>(session.n_ctx()));
             break;
         }
@@ -227,13 +235,15 @@ int cmd_generate(int argc, char** argv, int first) {
         timing.prompt_s += seconds_since(t0);
         timing.prompt_tokens += static_cast<int64_t>(ids.size());
         for (int32_t id : ids) sampler.accept(id);
-        std::string reply = generate(session, tok, sampler, std::move(logits), f.n_predict, f, timing);
+        std::string reply =
+            generate(session, tok, sampler, std::move(logits), f.n_predict, f, timing);
         std::fputc('\n', stdout);
         std::fflush(stdout);
         // With --no-think the generation prompt ended with an empty think
         // block that the model's reply continues: it is part of the reply's
         // history, so that the next rendering starts with what the cache holds.
-        messages.push_back({"assistant", (f.no_think ? std::string("<think>\n\n</think>\n\n") : "") + reply});
+        messages.push_back(
+            {"assistant", (f.no_think ? std::string("<think>\n\n</think>\n\n") : "") + reply});
         // The cache holds the reply's tokens but not its closing <|im_end|>\n:
         // the next turn's delta starts with them.
         rendered = full + reply;

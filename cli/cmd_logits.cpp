@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <numeric>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "commands.h"
 #include "common.h"
@@ -59,8 +59,9 @@ int cmd_logits(int argc, char** argv, int first) {
     eng.add_to(p);
     report::ObserveFlags observe;
     observe.add_to(p);
-    p.epilog("-c 0 sizes the context to the prompt; -b 0 runs the whole prompt in one pass.\n"
-             "Example: minfer logits -m model.gguf --tokens tokens.json --out out -b 64");
+    p.epilog(
+        "-c 0 sizes the context to the prompt; -b 0 runs the whole prompt in one pass.\n"
+        "Example: minfer logits -m model.gguf --tokens tokens.json --out out -b 64");
     if (!p.parse(argc, argv, first)) return 0;
     if (tokens_path.empty()) throw UsageError("--tokens FILE is required");
     if (out_dir.empty()) throw UsageError("--out DIR is required");
@@ -91,8 +92,9 @@ int cmd_logits(int argc, char** argv, int first) {
         double sum = 0;
         for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
         std::iota(order.begin(), order.end(), 0);
-        std::partial_sort(order.begin(), order.begin() + std::min<int64_t>(10, n_vocab), order.end(),
-                          [row](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+        std::partial_sort(
+            order.begin(), order.begin() + std::min<int64_t>(10, n_vocab), order.end(),
+            [row](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
         nlohmann::json line;
         line["pos"] = i;
         line["lse"] = mx + std::log(sum);
@@ -107,8 +109,8 @@ int cmd_logits(int argc, char** argv, int first) {
     const int64_t first_row = std::max<int64_t>(0, n - 8);
     last.write(reinterpret_cast<const char*>(logits.data() + first_row * n_vocab),
                static_cast<std::streamsize>((n - first_row) * n_vocab * sizeof(float)));
-    std::fprintf(stderr, "minfer: wrote logits of %lld positions to %s\n", static_cast<long long>(n),
-                 out_dir.c_str());
+    std::fprintf(stderr, "minfer: wrote logits of %lld positions to %s\n",
+                 static_cast<long long>(n), out_dir.c_str());
     return 0;
 }
 

@@ -57,7 +57,8 @@ int cmd_perplexity(int argc, char** argv, int first) {
         std::fflush(stdout);
         const int width = 30;
         const int filled = static_cast<int>(width * (i + 1) / n);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::fprintf(stderr, "\r[%s%s] %lld/%lld windows, %.1f s, ETA %.1f s ",
                      std::string(static_cast<size_t>(filled), '#').c_str(),
                      std::string(static_cast<size_t>(width - filled), '.').c_str(),

@@ -20,7 +20,8 @@ struct Subcommand {
 const Subcommand kSubcommands[] = {
     {"info", minfer::cli::cmd_info, "describe a GGUF model: hyper-parameters, tokenizer, tensors"},
     {"tokenize", minfer::cli::cmd_tokenize, "print the token ids of a text"},
-    {"quantize", minfer::cli::cmd_quantize, "convert a model to another file type (Q4_K_M, Q8_0, ...)"},
+    {"quantize", minfer::cli::cmd_quantize,
+     "convert a model to another file type (Q4_K_M, Q8_0, ...)"},
     {"logits", minfer::cli::cmd_logits, "run a token list and write its logits (parity checks)"},
     {"perplexity", minfer::cli::cmd_perplexity, "perplexity of a model over a text"},
     {"bench", minfer::cli::cmd_bench, "prompt-processing and generation speed, llama-bench style"},
@@ -80,10 +81,14 @@ int main(int argc, char** argv) {
         // One line naming what is wrong, then the usage line and where the
         // full option list is.
         if (first == 2)
-            std::fprintf(stderr, "minfer: error: %s\nusage: minfer %s [options]  (minfer %s --help lists them)\n",
-                         e.what(), argv[1], argv[1]);
+            std::fprintf(
+                stderr,
+                "minfer: error: %s\nusage: minfer %s [options]  (minfer %s --help lists them)\n",
+                e.what(), argv[1], argv[1]);
         else
-            std::fprintf(stderr, "minfer: error: %s\nusage: minfer [-m MODEL] -p PROMPT [options]  (minfer --help-generate lists them)\n",
+            std::fprintf(stderr,
+                         "minfer: error: %s\nusage: minfer [-m MODEL] -p PROMPT [options]  (minfer "
+                         "--help-generate lists them)\n",
                          e.what());
         return 2;
     } catch (const minfer::Error& e) {

@@ -29,12 +29,13 @@ inline std::string read_whole(const std::filesystem::path& p) {
 inline CliResult run_cli(const std::string& args, const std::string& stdin_text = "") {
     namespace fs = std::filesystem;
     static int counter = 0;
-    const fs::path dir = fs::temp_directory_path() /
-                         ("minfer-cli-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    const fs::path dir = fs::temp_directory_path() / ("minfer-cli-" + std::to_string(::getpid()) +
+                                                      "-" + std::to_string(counter++));
     fs::create_directories(dir);
     std::ofstream(dir / "in", std::ios::binary) << stdin_text;
-    const std::string cmd = std::string(MINFER_BINARY) + " " + args + " < " + (dir / "in").string() +
-                            " > " + (dir / "out").string() + " 2> " + (dir / "err").string();
+    const std::string cmd = std::string(MINFER_BINARY) + " " + args + " < " +
+                            (dir / "in").string() + " > " + (dir / "out").string() + " 2> " +
+                            (dir / "err").string();
     const int status = std::system(cmd.c_str());
     CliResult r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -21,20 +21,23 @@ inline std::vector<double> dequant(const tensor::TensorView& t) {
 }
 
 // y[n][m] = sum_k w[m][k] x[n][k]
-inline std::vector<double> ref_matmul(const std::vector<double>& x, int64_t n, const tensor::TensorView& w) {
+inline std::vector<double> ref_matmul(const std::vector<double>& x, int64_t n,
+                                      const tensor::TensorView& w) {
     const std::vector<double> W = dequant(w);
     const int64_t K = w.ne[0], M = w.ne[1];
     std::vector<double> y(static_cast<size_t>(n * M));
     for (int64_t i = 0; i < n; ++i)
         for (int64_t m = 0; m < M; ++m) {
             double s = 0;
-            for (int64_t k = 0; k < K; ++k) s += W[static_cast<size_t>(m * K + k)] * x[static_cast<size_t>(i * K + k)];
+            for (int64_t k = 0; k < K; ++k)
+                s += W[static_cast<size_t>(m * K + k)] * x[static_cast<size_t>(i * K + k)];
             y[static_cast<size_t>(i * M + m)] = s;
         }
     return y;
 }
 
-inline void ref_rmsnorm(std::vector<double>& x, int64_t width, const tensor::TensorView* w, double eps) {
+inline void ref_rmsnorm(std::vector<double>& x, int64_t width, const tensor::TensorView* w,
+                        double eps) {
     const std::vector<double> W = dequant(*w);
     for (size_t r = 0; r < x.size() / static_cast<size_t>(width); ++r) {
         double ss = 0;
@@ -59,17 +62,20 @@ inline void ref_rope(std::vector<double>& x, int64_t n_heads, int64_t hd, double
 }
 
 // Logits [n × n_vocab] of every position of `ids` (positions 0..n-1).
-inline std::vector<double> reference_logits(const model::Model& m, const std::vector<int32_t>& ids) {
+inline std::vector<double> reference_logits(const model::Model& m,
+                                            const std::vector<int32_t>& ids) {
     const auto& hp = m.hp;
     const int64_t n = static_cast<int64_t>(ids.size()), E = hp.n_embd, hd = hp.head_dim;
     const std::vector<double> emb = dequant(*m.tok_embd);
     std::vector<double> h(static_cast<size_t>(n * E));
     for (int64_t t = 0; t < n; ++t)
-        for (int64_t i = 0; i < E; ++i) h[static_cast<size_t>(t * E + i)] = emb[static_cast<size_t>(ids[t] * E + i)];
+        for (int64_t i = 0; i < E; ++i)
+            h[static_cast<size_t>(t * E + i)] = emb[static_cast<size_t>(ids[t] * E + i)];
     for (const auto& L : m.layers) {
         std::vector<double> x = h;
         ref_rmsnorm(x, E, L.attn_norm, hp.rms_eps);
-        std::vector<double> q = ref_matmul(x, n, *L.wq), k = ref_matmul(x, n, *L.wk), v = ref_matmul(x, n, *L.wv);
+        std::vector<double> q = ref_matmul(x, n, *L.wq), k = ref_matmul(x, n, *L.wk),
+                            v = ref_matmul(x, n, *L.wv);
         if (L.bq) {
             auto add_bias = [&](std::vector<double>& y, const tensor::TensorView* b) {
                 const auto B = dequant(*b);
@@ -105,7 +111,8 @@ inline std::vector<double> reference_logits(const model::Model& m, const std::ve
                 for (int64_t i = 0; i < hd; ++i) {
                     double o = 0;
                     for (int64_t j = 0; j <= t; ++j)
-                        o += s[static_cast<size_t>(j)] / sum * v[static_cast<size_t>((j * hp.n_head_kv + hk) * hd + i)];
+                        o += s[static_cast<size_t>(j)] / sum *
+                             v[static_cast<size_t>((j * hp.n_head_kv + hk) * hd + i)];
                     attn[static_cast<size_t>((t * hp.n_head + hq) * hd + i)] = o;
                 }
             }

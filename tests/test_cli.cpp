@@ -13,7 +13,9 @@ using minfer::testing::run_cli;
 
 namespace {
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+    return s.find(part) != std::string::npos;
+}
 
 // A tiny random qwen3 model with a ChatML template and a trained context of
 // n_ctx_train tokens, written once per process.
@@ -32,9 +34,10 @@ std::string tiny_model_path(int64_t n_ctx_train = 64) {
     minfer::testing::TinyModelSpec s;
     s.arch = "qwen3";
     s.n_ctx_train = n_ctx_train;
-    std::string p = (std::filesystem::temp_directory_path() /
-                     ("minfer-cli-tiny-" + std::to_string(::getpid()) + "-" +
-                      std::to_string(n_ctx_train) + ".gguf")).string();
+    std::string p =
+        (std::filesystem::temp_directory_path() / ("minfer-cli-tiny-" + std::to_string(::getpid()) +
+                                                   "-" + std::to_string(n_ctx_train) + ".gguf"))
+            .string();
     minfer::testing::make_tiny_model(s).write(p);
     return paths[n_ctx_train] = p;
 }
@@ -44,7 +47,7 @@ std::string tiny_model_path(int64_t n_ctx_train = 64) {
 TEST(Cli, DefaultModelWritesTextOnStdoutAndReportsOnStderr) {
     auto r = run_cli("-p 'And God said' -n 12 --seed 3");
     ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_EQ(r.out.rfind("And God said", 0), 0u) << r.out;   // the prompt, then the text
+    EXPECT_EQ(r.out.rfind("And God said", 0), 0u) << r.out;  // the prompt, then the text
     EXPECT_GT(r.out.size(), std::string("And God said").size() + 12);
     EXPECT_TRUE(has(r.err, "seed 3"));
     EXPECT_TRUE(has(r.err, "generation 12 tokens"));
@@ -74,12 +77,14 @@ TEST(Cli, StopStringEndsGeneration) {
 }
 
 TEST(Cli, ChatHoldsATwoTurnConversationFromStdin) {
-    auto r = run_cli("-m " + tiny_model_path(512) + " -cnv -sys 'Be brief.' -n 4 --temp 0 --ignore-eos",
-                     "Hi\nthe end\n");
+    auto r =
+        run_cli("-m " + tiny_model_path(512) + " -cnv -sys 'Be brief.' -n 4 --temp 0 --ignore-eos",
+                "Hi\nthe end\n");
     ASSERT_EQ(r.code, 0) << r.err;
     // Two turns answered (4 tokens each), then the prompt that meets the end of input.
     size_t prompts = 0;
-    for (size_t p = r.err.find("\n> "); p != std::string::npos; p = r.err.find("\n> ", p + 1)) ++prompts;
+    for (size_t p = r.err.find("\n> "); p != std::string::npos; p = r.err.find("\n> ", p + 1))
+        ++prompts;
     EXPECT_EQ(prompts, 3u) << r.err;
     EXPECT_TRUE(has(r.err, "generation 8 tokens")) << r.err;
     // The second turn runs only the new part of the conversation: the KV
@@ -99,13 +104,15 @@ TEST(Cli, PromptLongerThanTrainedContextIsAClearError) {
 }
 
 TEST(Cli, PromptLongerThanCtxSizeRaisesTheContext) {
-    auto r = run_cli("-m " + tiny_model_path() + " -p 'a b c d e f g h i j k l' -n 2 -c 8 --temp 0");
+    auto r =
+        run_cli("-m " + tiny_model_path() + " -p 'a b c d e f g h i j k l' -n 2 -c 8 --temp 0");
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_TRUE(has(r.err, "context size raised from 8 to")) << r.err;
 }
 
 TEST(Cli, GenerationStopsAtTheContextEndAndKeepsTheOutput) {
-    auto r = run_cli("-m " + tiny_model_path() + " -p 'a b' -n 200 --temp 0 --ignore-eos --no-display-prompt");
+    auto r = run_cli("-m " + tiny_model_path() +
+                     " -p 'a b' -n 200 --temp 0 --ignore-eos --no-display-prompt");
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_TRUE(has(r.err, "the context is full (64 tokens)")) << r.err;
     EXPECT_FALSE(r.out.empty());
@@ -114,12 +121,15 @@ TEST(Cli, GenerationStopsAtTheContextEndAndKeepsTheOutput) {
 TEST(Cli, ContextLargerThanTrainedIsClampedWithAWarning) {
     auto r = run_cli("-m " + tiny_model_path() + " -p 'a' -n 1 -c 100000");
     ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_TRUE(has(r.err, "warning: context size 100000 is larger than the model's trained context length; using 64"))
+    EXPECT_TRUE(has(
+        r.err,
+        "warning: context size 100000 is larger than the model's trained context length; using 64"))
         << r.err;
 }
 
 TEST(Cli, BadFlagsGetAOneLineErrorAndExitTwo) {
-    for (const char* args : {"--bogus", "-n", "-n abc", "--temp x", "--top-p 2", "info", "nosuchcommand"}) {
+    for (const char* args :
+         {"--bogus", "-n", "-n abc", "--temp x", "--top-p 2", "info", "nosuchcommand"}) {
         auto r = run_cli(args);
         EXPECT_EQ(r.code, 2) << args << ": " << r.err;
         EXPECT_TRUE(has(r.err, "minfer: error: ")) << args;
@@ -145,8 +155,8 @@ TEST(Cli, HelpAndVersion) {
     EXPECT_TRUE(has(r.out, "perplexity"));
     r = run_cli("--help-generate");
     EXPECT_EQ(r.code, 0);
-    for (const char* flag : {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed",
-                             "-cnv", "--ctx-size", "(default: 0.8)"})
+    for (const char* flag : {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+                             "--seed", "-cnv", "--ctx-size", "(default: 0.8)"})
         EXPECT_TRUE(has(r.out, flag)) << flag;
     r = run_cli("--version");
     EXPECT_EQ(r.code, 0);

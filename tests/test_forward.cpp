@@ -30,7 +30,8 @@ std::unique_ptr<Loaded> load(const TinyModelSpec& s) {
 
 const std::vector<int32_t> kPrompt = {5, 77, 260, 13, 256, 99, 150, 3, 42, 200, 7, 257};
 
-std::vector<float> run(const model::Model& m, runtime::SessionOptions o, const std::vector<int32_t>& ids) {
+std::vector<float> run(const model::Model& m, runtime::SessionOptions o,
+                       const std::vector<int32_t>& ids) {
     o.n_ctx = 64;
     o.n_threads = 2;
     runtime::Session s(m, o);
@@ -74,11 +75,11 @@ TEST(Forward, MatchesDoublePrecisionReferenceForEveryWeightType) {
         double tol;
     };
     const Case cases[] = {
-        {"qwen2", tensor::DType::F32, 1e-4},   {"qwen3", tensor::DType::F32, 1e-4},
-        {"qwen2", tensor::DType::F16, 2e-3},   {"qwen2", tensor::DType::BF16, 2e-2},
-        {"qwen2", tensor::DType::Q8_0, 2e-2},  {"qwen3", tensor::DType::Q4_0, 2e-2},
-        {"qwen2", tensor::DType::Q4_1, 2e-2},  {"qwen2", tensor::DType::Q5_0, 2e-2},
-        {"qwen3", tensor::DType::Q5_1, 2e-2},  {"qwen2", tensor::DType::IQ4_NL, 2e-2},
+        {"qwen2", tensor::DType::F32, 1e-4},  {"qwen3", tensor::DType::F32, 1e-4},
+        {"qwen2", tensor::DType::F16, 2e-3},  {"qwen2", tensor::DType::BF16, 2e-2},
+        {"qwen2", tensor::DType::Q8_0, 2e-2}, {"qwen3", tensor::DType::Q4_0, 2e-2},
+        {"qwen2", tensor::DType::Q4_1, 2e-2}, {"qwen2", tensor::DType::Q5_0, 2e-2},
+        {"qwen3", tensor::DType::Q5_1, 2e-2}, {"qwen2", tensor::DType::IQ4_NL, 2e-2},
     };
     for (const Case& c : cases) {
         TinyModelSpec s;

@@ -1,6 +1,4 @@
 #include <gtest/gtest.h>
-
-#include "cli_runner.h"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_runner.h"
 #include "gguf/file_type.h"
 #include "gguf/gguf.h"
 #include "util/error.h"
@@ -679,7 +678,8 @@ TEST(GgufBad, MetadataThatDecodesToMoreThanTheBudgetIsRefused) {
         minfer::gguf::File::parse(b.data(), b.size(), "bomb.gguf");
         FAIL() << "expected an error";
     } catch (const minfer::Error& e) {
-        EXPECT_NE(std::string(e.what()).find("more than 256 MiB of memory once decoded"), std::string::npos)
+        EXPECT_NE(std::string(e.what()).find("more than 256 MiB of memory once decoded"),
+                  std::string::npos)
             << e.what();
     }
 }

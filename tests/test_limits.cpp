@@ -134,8 +134,9 @@ TEST(Limits, AContextTooLargeToAllocateIsAnOutOfMemoryErrorNotACrash) {
     ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
     const std::string e = read_whole(err);
     EXPECT_EQ(WEXITSTATUS(status), 1) << e;
-    EXPECT_TRUE(has(e, "minfer: error: out of memory allocating 1048576 MiB for the KV cache of "
-                       "layer 0 (2 x 1048576 MiB); a smaller context (-c) needs less"))
+    EXPECT_TRUE(has(e,
+                    "minfer: error: out of memory allocating 1048576 MiB for the KV cache of "
+                    "layer 0 (2 x 1048576 MiB); a smaller context (-c) needs less"))
         << e;
     EXPECT_FALSE(has(e, "internal error")) << e;
     fs::remove(out);

@@ -2,8 +2,6 @@
 // data against llama.cpp's measured figures, and the per-tensor type rules on
 // a tiny model written with the project's own GGUF writer.
 #include <gtest/gtest.h>
-
-#include "cli_runner.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_runner.h"
 #include "gguf/gguf.h"
 #include "tensor/quantize_model.h"
 #include "tensor/quants.h"

@@ -257,7 +257,8 @@ TEST(Report, pool_never_below_the_bound_on_random_dags) {
                 const BackendId b = (rng() % 4 == 0) ? 1 : 0;
                 const int64_t w =
                     (op == Op::Silu || op == Op::Rope) ? g.node(src[0]).ne[0] : widths[rng() % 5];
-                char name[24];  // (a char buffer: GCC 12 gives a -Wrestrict false positive on "n" + s)
+                char name[24];  // (a char buffer: GCC 12 gives a -Wrestrict false positive on "n" +
+                                // s)
                 std::snprintf(name, sizeof name, "n%d", static_cast<int>(i));
                 add_op(g, op, name, src, w, 1, b);
             }

@@ -22,7 +22,7 @@ struct TinyModelSpec {
     int64_t n_embd = 64;
     int64_t n_head = 4;
     int64_t n_head_kv = 2;
-    int64_t head_dim = 16;       // written as key_length for qwen3
+    int64_t head_dim = 16;  // written as key_length for qwen3
     int64_t n_ff = 96;
     int64_t n_layer = 2;
     int64_t n_ctx_train = 256;
@@ -149,7 +149,8 @@ inline gguf::Writer make_tiny_model(const TinyModelSpec& s) {
     const float sd_in = 1.0f / std::sqrt(static_cast<float>(E));
     add("token_embd.weight", {E, n_vocab}, gauss(E * n_vocab, 1.0f), s.weight_type);
     add("output_norm.weight", {E}, norm_w(E), tensor::DType::F32);
-    if (!s.tied_output) add("output.weight", {E, n_vocab}, gauss(E * n_vocab, sd_in), s.weight_type);
+    if (!s.tied_output)
+        add("output.weight", {E, n_vocab}, gauss(E * n_vocab, sd_in), s.weight_type);
     for (int64_t il = 0; il < s.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         add(p + "attn_norm.weight", {E}, norm_w(E), tensor::DType::F32);
@@ -164,7 +165,8 @@ inline gguf::Writer make_tiny_model(const TinyModelSpec& s) {
             add(p + "attn_q_norm.weight", {s.head_dim}, norm_w(s.head_dim), tensor::DType::F32);
             add(p + "attn_k_norm.weight", {s.head_dim}, norm_w(s.head_dim), tensor::DType::F32);
         }
-        add(p + "attn_output.weight", {Q, E}, gauss(Q * E, 1.0f / std::sqrt((float)Q)), s.weight_type);
+        add(p + "attn_output.weight", {Q, E}, gauss(Q * E, 1.0f / std::sqrt((float)Q)),
+            s.weight_type);
         add(p + "ffn_norm.weight", {E}, norm_w(E), tensor::DType::F32);
         add(p + "ffn_gate.weight", {E, s.n_ff}, gauss(E * s.n_ff, sd_in), s.weight_type);
         add(p + "ffn_up.weight", {E, s.n_ff}, gauss(E * s.n_ff, sd_in), s.weight_type);

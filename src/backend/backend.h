@@ -32,14 +32,14 @@ struct KvPair {
 };
 
 struct PoolStats {
-    size_t n_buffers = 0;      // ever created (ids are stable, never reused for other sizes)
-    size_t bytes = 0;          // sum of all buffers' sizes
-    size_t allocations = 0;    // buffers created (not recycled) since construction
-    size_t recycled = 0;       // allocate() calls served from the free list
+    size_t n_buffers = 0;    // ever created (ids are stable, never reused for other sizes)
+    size_t bytes = 0;        // sum of all buffers' sizes
+    size_t allocations = 0;  // buffers created (not recycled) since construction
+    size_t recycled = 0;     // allocate() calls served from the free list
 };
 
 class Backend {
-public:
+  public:
     virtual ~Backend() = default;
     virtual std::string_view name() const = 0;
 

@@ -100,7 +100,8 @@ class Cursor {
     // a few tens of MiB (Qwen's 151k tokens and merges: ~15 MiB).
     static constexpr size_t kMetadataBudget = size_t{256} << 20;
     void charge(size_t count, size_t bytes_each, const std::string& what) {
-        const size_t bytes = count > kMetadataBudget / bytes_each ? kMetadataBudget + 1 : count * bytes_each;
+        const size_t bytes =
+            count > kMetadataBudget / bytes_each ? kMetadataBudget + 1 : count * bytes_each;
         decoded_ += bytes;
         if (bytes > kMetadataBudget || decoded_ > kMetadataBudget)
             fail(what + " at offset " + std::to_string(pos_) +

@@ -52,10 +52,10 @@ struct Value {
     std::string str;   // STRING
     // arrays: elem_type says which of the vectors holds the elements
     ValueType elem_type = ValueType::UINT8;
-    std::vector<int64_t> arr_int;        // any integer or bool element type
-    std::vector<double> arr_float;       // FLOAT32 / FLOAT64 elements
-    std::vector<std::string> arr_str;    // STRING elements
-    std::vector<Value> arr_nested;       // ARRAY elements (nested arrays)
+    std::vector<int64_t> arr_int;      // any integer or bool element type
+    std::vector<double> arr_float;     // FLOAT32 / FLOAT64 elements
+    std::vector<std::string> arr_str;  // STRING elements
+    std::vector<Value> arr_nested;     // ARRAY elements (nested arrays)
 
     size_t array_size() const;
 };
@@ -70,7 +70,7 @@ struct TensorInfo {
     uint32_t n_dims = 0;
     std::array<int64_t, 4> ne{1, 1, 1, 1};
     tensor::DType type = tensor::DType::F32;
-    uint64_t offset = 0;         // relative to the data section
+    uint64_t offset = 0;  // relative to the data section
     size_t nbytes = 0;
     const uint8_t* data = nullptr;  // inside the mapped file
 
@@ -78,7 +78,7 @@ struct TensorInfo {
 };
 
 class File {
-public:
+  public:
     // Maps and validates `path`. Throws minfer::Error.
     static File open(const std::string& path);
     // Validates a buffer that the caller keeps alive (fuzzing, tests).
@@ -96,8 +96,8 @@ public:
     // Typed getters: std::nullopt when the key is absent; minfer::Error
     // naming the key when present with an incompatible type.
     std::optional<std::string> get_string(std::string_view key) const;
-    std::optional<int64_t> get_int(std::string_view key) const;     // any integer type
-    std::optional<double> get_float(std::string_view key) const;    // float or integer types
+    std::optional<int64_t> get_int(std::string_view key) const;   // any integer type
+    std::optional<double> get_float(std::string_view key) const;  // float or integer types
     std::optional<bool> get_bool(std::string_view key) const;
     // Arrays: nullptr when absent; Error when present with another element type.
     const std::vector<std::string>* get_string_array(std::string_view key) const;
@@ -107,7 +107,7 @@ public:
     const std::vector<TensorInfo>& tensors() const { return tensors_; }
     const TensorInfo* find_tensor(std::string_view name) const;
 
-private:
+  private:
     std::shared_ptr<MappedFile> map_;  // null for parse()
     std::string source_;
     const uint8_t* base_ = nullptr;
@@ -126,8 +126,8 @@ private:
 // Builds a GGUF v3 file in memory and writes it. Keys and tensors are written
 // in the order they were added; tensor data is padded to the alignment.
 class Writer {
-public:
-    void set_alignment(size_t a);  // writes general.alignment when != 32
+  public:
+    void set_alignment(size_t a);        // writes general.alignment when != 32
     void set(std::string key, Value v);  // replaces an existing key in place
     void set_u32(std::string key, uint32_t v);
     void set_i32(std::string key, int32_t v);
@@ -149,7 +149,7 @@ public:
     std::vector<uint8_t> to_bytes() const;
     void write(const std::string& path) const;  // throws Error on I/O failure
 
-private:
+  private:
     struct PendingTensor {
         std::string name;
         tensor::DType type;

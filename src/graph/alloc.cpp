@@ -313,13 +313,14 @@ void GraphAllocator::plan_arena(const Graph& graph, Plan& p, std::vector<size_t>
             const size_t sa = span_of(a), sc = span_of(c);
             return sa != sc ? sa > sc : a < c;
         });
-        std::vector<size_t> placed;  // owners, any order
+        std::vector<size_t> placed;                   // owners, any order
         std::vector<std::pair<size_t, size_t>> busy;  // [offset, end) of time-overlapping owners
         size_t arena = 0;
         for (size_t i : owners) {
             busy.clear();
             for (size_t j : placed)
-                if (i <= until[j] && j <= until[i]) busy.emplace_back(offset[j], offset[j] + span_of(j));
+                if (i <= until[j] && j <= until[i])
+                    busy.emplace_back(offset[j], offset[j] + span_of(j));
             std::sort(busy.begin(), busy.end());
             size_t at = 0;
             const size_t need = span_of(i);

@@ -4,8 +4,7 @@
 
 namespace minfer::graph {
 
-void assign_backends(Graph& g, std::span<backend::Backend* const> backends,
-                     const Placement& pl) {
+void assign_backends(Graph& g, std::span<backend::Backend* const> backends, const Placement& pl) {
     MINFER_ASSERT(!backends.empty());
     const bool use_second = pl.end_layer > pl.first_layer && pl.backend > 0 &&
                             static_cast<size_t>(pl.backend) < backends.size();

@@ -22,7 +22,8 @@ int fuse_ffn(Graph& g) {
         n.op = Op::SwiGLU;
         n.src = {act.src[0], n.src[1]};
         n.fused = true;
-        if (auto p = n.name.find("ffn_mul"); p != std::string::npos) n.name.replace(p, 7, "ffn_swiglu");
+        if (auto p = n.name.find("ffn_mul"); p != std::string::npos)
+            n.name.replace(p, 7, "ffn_swiglu");
         ++made;
     }
     return made;

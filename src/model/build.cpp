@@ -111,7 +111,7 @@ Graph build_graph(const Model& model, const BuildParams& bp) {
     }
     b.layer = -1;
     NodeId x = b.norm(h, model.output_norm, "output_norm");  // [n_embd, n_out]
-    NodeId logits = b.matmul(x, model.output, "logits");    // [n_vocab, n_out]
+    NodeId logits = b.matmul(x, model.output, "logits");     // [n_vocab, n_out]
     g.outputs.push_back(logits);
     return g;
 }

@@ -94,7 +94,8 @@ HParams load_hparams(const gguf::File& f) {
             throw Error("'" + f.path() + "': RoPE scaling '" + *st + "' (" + a + key +
                         ") is not supported yet");
     }
-    if (auto factor = f.get_float(a + "rope.scaling.factor"); factor && *factor != 0 && *factor != 1)
+    if (auto factor = f.get_float(a + "rope.scaling.factor");
+        factor && *factor != 0 && *factor != 1)
         throw Error("'" + f.path() + "': RoPE scaling factor " + std::to_string(*factor) +
                     " is not supported yet");
     return hp;
@@ -124,7 +125,9 @@ const tensor::TensorView* Model::bind(const std::string& name, std::vector<int64
     return &views_.back();
 }
 
-Model Model::load(const std::string& path) { return from_file(gguf::File::open(path)); }
+Model Model::load(const std::string& path) {
+    return from_file(gguf::File::open(path));
+}
 
 Model Model::from_file(gguf::File f) {
     Model m;
@@ -136,15 +139,14 @@ Model Model::from_file(gguf::File f) {
     if (!emb) throw Error("'" + m.file.path() + "': missing tensor 'token_embd.weight'");
     if (emb->n_dims != 2 || emb->ne[0] != hp.n_embd)
         throw Error("'" + m.file.path() + "': tensor 'token_embd.weight' has shape " +
-                    shape_str(emb->ne, emb->n_dims) + ", expected [" +
-                    std::to_string(hp.n_embd) + ", n_vocab]");
+                    shape_str(emb->ne, emb->n_dims) + ", expected [" + std::to_string(hp.n_embd) +
+                    ", n_vocab]");
     hp.n_vocab = emb->ne[1];
     if (const auto* toks = m.file.get_string_array("tokenizer.ggml.tokens")) {
         if (static_cast<int64_t>(toks->size()) < hp.n_vocab)
             throw Error("'" + m.file.path() + "': the vocabulary has " +
-                        std::to_string(toks->size()) +
-                        " tokens but token_embd.weight has " + std::to_string(hp.n_vocab) +
-                        " rows");
+                        std::to_string(toks->size()) + " tokens but token_embd.weight has " +
+                        std::to_string(hp.n_vocab) + " rows");
     }
 
     const int64_t E = hp.n_embd, Q = hp.n_embd_q(), KV = hp.n_embd_kv(), F = hp.n_ff;

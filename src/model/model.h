@@ -17,7 +17,7 @@ enum class Arch { Qwen2, Qwen3 };
 
 struct HParams {
     Arch arch = Arch::Qwen2;
-    std::string arch_name;   // general.architecture
+    std::string arch_name;  // general.architecture
     int64_t n_vocab = 0;
     int64_t n_ctx_train = 0;  // <arch>.context_length
     int64_t n_embd = 0;
@@ -25,7 +25,7 @@ struct HParams {
     int64_t n_ff = 0;
     int64_t n_head = 0;
     int64_t n_head_kv = 0;
-    int64_t head_dim = 0;     // <arch>.attention.key_length, else n_embd / n_head
+    int64_t head_dim = 0;  // <arch>.attention.key_length, else n_embd / n_head
     float rms_eps = 1e-6f;
     float rope_freq_base = 10000.0f;
 
@@ -75,7 +75,7 @@ struct Model {
     static Model load(const std::string& path);
     static Model from_file(gguf::File file);
 
-private:
+  private:
     std::deque<tensor::TensorView> views_;  // stable addresses for the pointers above
     const tensor::TensorView* bind(const std::string& name, std::vector<int64_t> shape,
                                    bool required, bool f32_only);

@@ -7,7 +7,8 @@ namespace minfer::runtime {
 
 ContextPlan plan_context(int64_t requested, bool user_requested, int64_t n_ctx_train,
                          int64_t n_prompt, int64_t n_predict_hint) {
-    if (requested < 1) throw Error("the context size must be at least 1, got " + std::to_string(requested));
+    if (requested < 1)
+        throw Error("the context size must be at least 1, got " + std::to_string(requested));
     if (n_prompt > n_ctx_train)
         throw Error("the prompt has " + std::to_string(n_prompt) +
                     " tokens, more than the model's trained context length of " +

@@ -14,8 +14,8 @@ PerplexityResult perplexity(Session& session, std::span<const int32_t> tokens, i
     const int64_t n_tokens = static_cast<int64_t>(tokens.size());
     if (n_ctx < 4) throw Error("perplexity needs a context of at least 4 tokens");
     if (n_ctx > session.n_ctx())
-        throw Error("perplexity window " + std::to_string(n_ctx) + " exceeds the session's context " +
-                    std::to_string(session.n_ctx()));
+        throw Error("perplexity window " + std::to_string(n_ctx) +
+                    " exceeds the session's context " + std::to_string(session.n_ctx()));
     if (n_tokens < 2 * n_ctx)
         throw Error("the text has " + std::to_string(n_tokens) + " tokens; perplexity with -c " +
                     std::to_string(n_ctx) + " needs at least " + std::to_string(2 * n_ctx));

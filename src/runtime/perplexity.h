@@ -16,7 +16,7 @@ struct PerplexityResult {
     double ppl = 0;
     double uncertainty = 0;  // llama.cpp's "+/-": ppl * stddev(nll) / sqrt(n - 1)
     int64_t n_chunks = 0;
-    int64_t n_scored = 0;    // tokens scored
+    int64_t n_scored = 0;  // tokens scored
 };
 
 // `on_chunk(i, n_chunks, running_ppl)` is called after every window.

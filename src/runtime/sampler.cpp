@@ -48,7 +48,8 @@ int32_t Sampler::sample(std::span<const float> logits) {
     // top-k
     size_t keep = cand_.size();
     if (params_.top_k > 0) keep = std::min(keep, static_cast<size_t>(params_.top_k));
-    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(keep), cand_.end(), by_logit);
+    std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(keep), cand_.end(),
+                      by_logit);
     cand_.resize(keep);
 
     // top-p on the softmax of what is left (at temperature 1, as llama.cpp does)

@@ -13,16 +13,16 @@ namespace minfer::runtime {
 
 struct SamplerParams {
     float temp = 0.8f;
-    int32_t top_k = 40;            // <= 0: off
-    float top_p = 0.95f;           // >= 1: off
-    float min_p = 0.05f;           // <= 0: off
-    float repeat_penalty = 1.0f;   // 1: off
-    int32_t repeat_last_n = 64;    // window of the penalty; 0: off, -1: the whole context
+    int32_t top_k = 40;           // <= 0: off
+    float top_p = 0.95f;          // >= 1: off
+    float min_p = 0.05f;          // <= 0: off
+    float repeat_penalty = 1.0f;  // 1: off
+    int32_t repeat_last_n = 64;   // window of the penalty; 0: off, -1: the whole context
     uint64_t seed = 0;
 };
 
 class Sampler {
-public:
+  public:
     explicit Sampler(const SamplerParams& params);
     // Picks the next token from one row of logits.
     int32_t sample(std::span<const float> logits);
@@ -31,7 +31,7 @@ public:
     void reset();
     const SamplerParams& params() const { return params_; }
 
-private:
+  private:
     struct Candidate {
         int32_t id;
         float logit;

@@ -113,12 +113,15 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
         graph::GraphAllocator& alloc = impl_->cache->allocator();
 
         positions.resize(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(n_past_ + i);
-        alloc.fill_input(g, "token_ids", tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)));
+        for (int64_t i = 0; i < n; ++i)
+            positions[static_cast<size_t>(i)] = static_cast<int32_t>(n_past_ + i);
+        alloc.fill_input(g, "token_ids",
+                         tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)));
         alloc.fill_input(g, "positions", positions);
         if (n_out < n) {
             tail.resize(static_cast<size_t>(n_out));
-            for (int64_t i = 0; i < n_out; ++i) tail[static_cast<size_t>(i)] = static_cast<int32_t>(n - n_out + i);
+            for (int64_t i = 0; i < n_out; ++i)
+                tail[static_cast<size_t>(i)] = static_cast<int32_t>(n - n_out + i);
             alloc.fill_input(g, "tail_ids", tail);
         }
         impl_->scheduler.execute(g, alloc);
@@ -128,14 +131,17 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
             const graph::NodeId out_id = g.outputs.at(0);
             const backend::BufRef ref = *alloc.node_buffer(out_id);
             float* dst = out.data() + (all_logits ? done * n_vocab : 0);
-            alloc.backend(ref.backend).read_host(ref, dst, static_cast<size_t>(n_out * n_vocab) * sizeof(float));
+            alloc.backend(ref.backend)
+                .read_host(ref, dst, static_cast<size_t>(n_out * n_vocab) * sizeof(float));
         }
 
         // Counters for the memory report: after the first decode step, a
         // decode step must neither rebuild nor allocate.
         ++stats_.passes;
-        if (rebuilt) ++stats_.graphs_built;
-        else ++stats_.graphs_reused;
+        if (rebuilt)
+            ++stats_.graphs_built;
+        else
+            ++stats_.graphs_reused;
         if (n == 1) {
             if (stats_.decode_steps > 0) {
                 if (rebuilt) ++stats_.rebuilds_after_first_decode;

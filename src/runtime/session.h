@@ -17,9 +17,9 @@
 namespace minfer::runtime {
 
 struct SessionOptions {
-    int64_t n_ctx = 4096;    // KV rows; callers clamp it (see plan_context)
-    int64_t n_batch = 512;   // tokens per forward pass at most
-    int n_threads = 0;       // 0: physical cores
+    int64_t n_ctx = 4096;   // KV rows; callers clamp it (see plan_context)
+    int64_t n_batch = 512;  // tokens per forward pass at most
+    int n_threads = 0;      // 0: physical cores
     graph::FuseOptions fuse = graph::fuse_options_from_env();
     // Layers [first, end) on the queue backend (a stand-in for a GPU); none by default.
     int32_t queue_first_layer = 0;
@@ -31,16 +31,16 @@ struct SessionOptions {
 };
 
 struct SessionStats {
-    int64_t passes = 0;            // forward passes run
-    int64_t decode_steps = 0;      // passes of one token
-    int64_t graphs_built = 0;      // builds (cache misses)
-    int64_t graphs_reused = 0;     // cache hits
+    int64_t passes = 0;         // forward passes run
+    int64_t decode_steps = 0;   // passes of one token
+    int64_t graphs_built = 0;   // builds (cache misses)
+    int64_t graphs_reused = 0;  // cache hits
     int64_t rebuilds_after_first_decode = 0;
     int64_t allocations_after_first_decode = 0;  // pool buffers created after the first decode step
 };
 
 class Session {
-public:
+  public:
     Session(const model::Model& model, SessionOptions options);
     ~Session();
     Session(const Session&) = delete;
@@ -67,7 +67,7 @@ public:
     struct Impl;
     Impl& impl() { return *impl_; }
 
-private:
+  private:
     const model::Model& model_;
     SessionOptions options_;
     int64_t n_past_ = 0;

@@ -7,14 +7,14 @@
 namespace minfer::tensor {
 
 constexpr int QK4_0 = 32, QK4_1 = 32, QK5_0 = 32, QK5_1 = 32, QK8_0 = 32, QK8_1 = 32;
-constexpr int QK_K = 256;        // super-block size of the K-quants
+constexpr int QK_K = 256;         // super-block size of the K-quants
 constexpr int K_SCALE_SIZE = 12;  // packed 6-bit scales of Q4_K / Q5_K
 constexpr int QK4_NL = 32;
 
 using f16_t = uint16_t;  // IEEE half bits
 
 struct block_q4_0 {
-    f16_t d;              // delta
+    f16_t d;                // delta
     uint8_t qs[QK4_0 / 2];  // nibbles: low = element j, high = element j + 16
 };
 struct block_q4_1 {

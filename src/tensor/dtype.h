@@ -43,7 +43,9 @@ struct DTypeTraits {
 // such tensors, naming the id).
 const DTypeTraits* dtype_traits(uint32_t ggml_id);
 const DTypeTraits& traits(DType t);
-inline std::string_view dtype_name(DType t) { return traits(t).name; }
+inline std::string_view dtype_name(DType t) {
+    return traits(t).name;
+}
 // Case-insensitive lookup by ggml name ("Q4_K", "q8_0", "F16", "bf16").
 std::optional<DType> dtype_from_name(std::string_view name);
 
@@ -78,8 +80,8 @@ inline float fp16_to_fp32(uint16_t h) {
     const float magic_bias = 0.5f;
     const float denormalized = fp32_from_bits((two_w >> 17) | magic_mask) - magic_bias;
     const uint32_t denormalized_cutoff = 1u << 27;
-    const uint32_t result =
-        sign | (two_w < denormalized_cutoff ? fp32_to_bits(denormalized) : fp32_to_bits(normalized));
+    const uint32_t result = sign | (two_w < denormalized_cutoff ? fp32_to_bits(denormalized)
+                                                                : fp32_to_bits(normalized));
     return fp32_from_bits(result);
 }
 
@@ -102,7 +104,9 @@ inline uint16_t fp32_to_fp16(float f) {
     return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
-inline float bf16_to_fp32(uint16_t h) { return fp32_from_bits(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_fp32(uint16_t h) {
+    return fp32_from_bits(static_cast<uint32_t>(h) << 16);
+}
 
 // Round to nearest even; NaN stays a (quiet) NaN — ggml's rule.
 inline uint16_t fp32_to_bf16(float f) {

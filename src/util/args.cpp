@@ -84,15 +84,15 @@ void ArgParser::option(std::vector<std::string> names, int* out, std::string met
 void ArgParser::option(std::vector<std::string> names, double* out, std::string metavar,
                        std::string help) {
     std::string n0 = names[0];
-    opts_.push_back({std::move(names), std::move(metavar), std::move(help), fmt_double(*out),
-                     false, [out, n0](const std::string& v) { *out = parse_double(n0, v); }});
+    opts_.push_back({std::move(names), std::move(metavar), std::move(help), fmt_double(*out), false,
+                     [out, n0](const std::string& v) { *out = parse_double(n0, v); }});
 }
 
 void ArgParser::option(std::vector<std::string> names, float* out, std::string metavar,
                        std::string help) {
     std::string n0 = names[0];
-    opts_.push_back({std::move(names), std::move(metavar), std::move(help), fmt_double(*out),
-                     false, [out, n0](const std::string& v) {
+    opts_.push_back({std::move(names), std::move(metavar), std::move(help), fmt_double(*out), false,
+                     [out, n0](const std::string& v) {
                          const double x = parse_double(n0, v);
                          // Converting a double outside float's range is undefined.
                          if (std::fabs(x) > std::numeric_limits<float>::max())
@@ -134,7 +134,8 @@ bool ArgParser::parse(int argc, char** argv, int first) {
             std::fputs(usage().c_str(), stdout);
             return false;
         }
-        if (a.size() > 1 && a[0] == '-' && !(a.size() > 1 && (std::isdigit((unsigned char)a[1]) || a[1] == '.'))) {
+        if (a.size() > 1 && a[0] == '-' &&
+            !(a.size() > 1 && (std::isdigit((unsigned char)a[1]) || a[1] == '.'))) {
             std::string name = a, value;
             bool inline_value = false;
             if (auto eq = a.find('='); eq != std::string::npos && a.rfind("--", 0) == 0) {
@@ -151,10 +152,13 @@ bool ArgParser::parse(int argc, char** argv, int first) {
             } else if (inline_value) {
                 o->set(value);
             } else if (o->optional_value) {
-                if (i + 1 < argc && argv[i + 1][0] != '-') o->set(argv[++i]);
-                else o->set("");
+                if (i + 1 < argc && argv[i + 1][0] != '-')
+                    o->set(argv[++i]);
+                else
+                    o->set("");
             } else {
-                if (i + 1 >= argc) throw UsageError("option " + name + " needs a value (" + o->metavar + ")");
+                if (i + 1 >= argc)
+                    throw UsageError("option " + name + " needs a value (" + o->metavar + ")");
                 o->set(argv[++i]);
             }
             continue;
@@ -177,17 +181,22 @@ std::string ArgParser::usage() const {
     os << "\n\n" << summary_ << "\n";
     if (!pos_.empty()) {
         os << "\narguments:\n";
-        for (auto& p : pos_) os << "  " << p.name << std::string(p.name.size() < 26 ? 26 - p.name.size() : 1, ' ') << p.help << "\n";
+        for (auto& p : pos_)
+            os << "  " << p.name << std::string(p.name.size() < 26 ? 26 - p.name.size() : 1, ' ')
+               << p.help << "\n";
     }
     if (!opts_.empty()) {
         os << "\noptions:\n";
         for (auto& o : opts_) {
             std::string left = "  ";
             for (size_t k = 0; k < o.names.size(); ++k) left += (k ? ", " : "") + o.names[k];
-            if (!o.metavar.empty()) left += o.optional_value ? " [" + o.metavar + "]" : " " + o.metavar;
+            if (!o.metavar.empty())
+                left += o.optional_value ? " [" + o.metavar + "]" : " " + o.metavar;
             os << left;
-            if (left.size() < 28) os << std::string(28 - left.size(), ' ');
-            else os << "\n" << std::string(28, ' ');
+            if (left.size() < 28)
+                os << std::string(28 - left.size(), ' ');
+            else
+                os << "\n" << std::string(28, ' ');
             os << o.help;
             if (!o.default_text.empty()) os << " (default: " << o.default_text << ")";
             os << "\n";

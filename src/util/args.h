@@ -16,12 +16,12 @@ namespace minfer {
 
 // A bad flag or value: the CLI prints the message and the usage, exits 2.
 class UsageError : public Error {
-public:
+  public:
     explicit UsageError(const std::string& what) : Error(what) {}
 };
 
 class ArgParser {
-public:
+  public:
     ArgParser(std::string prog, std::string summary);
 
     void flag(std::vector<std::string> names, bool* out, std::string help);
@@ -30,8 +30,7 @@ public:
     void option(std::vector<std::string> names, int64_t* out, std::string metavar,
                 std::string help);
     void option(std::vector<std::string> names, int* out, std::string metavar, std::string help);
-    void option(std::vector<std::string> names, double* out, std::string metavar,
-                std::string help);
+    void option(std::vector<std::string> names, double* out, std::string metavar, std::string help);
     void option(std::vector<std::string> names, float* out, std::string metavar, std::string help);
     // Repeatable: every occurrence is appended.
     void multi(std::vector<std::string> names, std::vector<std::string>* out, std::string metavar,
@@ -52,7 +51,7 @@ public:
     // only when the user asked for something.
     bool was_set(const std::string& first_name) const;
 
-private:
+  private:
     struct Opt {
         std::vector<std::string> names;
         std::string metavar;  // empty for flags

@@ -14,7 +14,7 @@
 namespace minfer {
 
 class Error : public std::runtime_error {
-public:
+  public:
     explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
@@ -27,11 +27,11 @@ public:
 
 }  // namespace minfer
 
-#define MINFER_ASSERT(cond)                                                        \
-    do {                                                                           \
-        if (!(cond)) ::minfer::assert_fail(#cond, __FILE__, __LINE__, "");         \
+#define MINFER_ASSERT(cond)                                                \
+    do {                                                                   \
+        if (!(cond)) ::minfer::assert_fail(#cond, __FILE__, __LINE__, ""); \
     } while (0)
-#define MINFER_ASSERT_MSG(cond, msg)                                               \
-    do {                                                                           \
-        if (!(cond)) ::minfer::assert_fail(#cond, __FILE__, __LINE__, (msg));      \
+#define MINFER_ASSERT_MSG(cond, msg)                                          \
+    do {                                                                      \
+        if (!(cond)) ::minfer::assert_fail(#cond, __FILE__, __LINE__, (msg)); \
     } while (0)

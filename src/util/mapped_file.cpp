@@ -48,7 +48,8 @@ MappedFile::~MappedFile() {
 }
 
 MappedFile::MappedFile(MappedFile&& o) noexcept
-    : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)),
+    : path_(std::move(o.path_)),
+      data_(std::exchange(o.data_, nullptr)),
       size_(std::exchange(o.size_, 0)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {

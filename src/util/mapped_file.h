@@ -9,7 +9,7 @@
 namespace minfer {
 
 class MappedFile {
-public:
+  public:
     MappedFile() = default;
     // Throws minfer::Error naming the path for a missing file, a directory,
     // or a failed map. An empty file maps to size() == 0, data() == nullptr.
@@ -24,7 +24,7 @@ public:
     size_t size() const { return size_; }
     const std::string& path() const { return path_; }
 
-private:
+  private:
     std::string path_;
     const uint8_t* data_ = nullptr;
     size_t size_ = 0;
