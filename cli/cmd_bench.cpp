@@ -6,6 +6,7 @@
 #include <string>
 
 #include "commands.h"
+#include "report/observe.h"
 #include "common.h"
 #include "gguf/file_type.h"
 #include "model/model.h"
@@ -39,8 +40,7 @@ int cmd_bench(int argc, char** argv, int first) {
     int64_t n_prompt = 512, n_gen = 128;
     int reps = 5;
     std::string output = "md";
-    bool mem_report = false;
-    std::string mem_report_file;
+    report::ObserveFlags observe;
     EngineFlags eng;
     ArgParser p("minfer bench", "Prompt-processing and generation throughput, as llama-bench.");
     p.option({"-m", "--model"}, &model_path, "FILE", "GGUF model");
@@ -48,8 +48,7 @@ int cmd_bench(int argc, char** argv, int first) {
     p.option({"-n", "--n-gen"}, &n_gen, "N", "generated tokens of the tgN test (0: skip it)");
     p.option({"-r", "--repetitions"}, &reps, "N", "timed repetitions per test (after one warm-up)");
     p.option({"-o", "--output"}, &output, "FMT", "md (a markdown table) or json");
-    p.optional_value({"--mem-report"}, &mem_report, &mem_report_file, "FILE",
-                     "also print the memory report of the session (not merged yet)");
+    observe.add_to(p);
     eng.add_to(p, /*with_ctx=*/false);
     p.epilog(
         "The context is n_prompt + n_gen; token ids are random; times exclude loading.\n"
@@ -66,10 +65,9 @@ int cmd_bench(int argc, char** argv, int first) {
     bp.reps = reps;
     bp.session = eng.session_options();
     if (bp.session.n_threads <= 0) bp.session.n_threads = ThreadPool::physical_cores();
+    bp.on_start = [&](runtime::Session& s) { observe.attach(s); };
+    bp.on_finish = [&](runtime::Session& s) { observe.finish(s, {{"model", model_path}}); };
     const std::vector<runtime::BenchResult> results = runtime::run_bench(model, bp);
-    // TODO(lead): when src/report (the memory report) is merged, call its API
-    // here on a session with the same options when --mem-report is given.
-    if (mem_report) warn("--mem-report: the memory report is not part of this build yet");
 
     const int64_t params = runtime::model_params(model);
     const double size_mib = static_cast<double>(model.weight_bytes) / (1024.0 * 1024.0);

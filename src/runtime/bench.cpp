@@ -71,6 +71,7 @@ std::vector<BenchResult> run_bench(const model::Model& model, const BenchParams&
     SessionOptions so = p.session;
     so.n_ctx = std::max<int64_t>(1, p.n_prompt + p.n_gen);
     Session session(model, so);
+    if (p.on_start) p.on_start(session);
     std::mt19937 rng(p.seed);
     const int64_t n_vocab = model.hp.n_vocab;
     std::vector<BenchResult> out;
@@ -109,6 +110,7 @@ std::vector<BenchResult> run_bench(const model::Model& model, const BenchParams&
         r.gbps = decode_bytes_per_token(model) * r.avg_ts / 1e9;
         out.push_back(std::move(r));
     }
+    if (p.on_finish) p.on_finish(session);
     return out;
 }
 

@@ -4,6 +4,8 @@
 // repeated after one warm-up run, timed without loading or tokenization.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +21,9 @@ struct BenchParams {
     int reps = 5;
     uint32_t seed = 42;      // of the random token ids
     SessionOptions session;  // n_ctx is set to n_prompt + n_gen (as llama-bench)
+    // Called with the session before the first test and after the last one
+    // (the memory report attaches its recorders and prints through these).
+    std::function<void(Session&)> on_start, on_finish;
 };
 
 struct BenchResult {
