@@ -39,4 +39,3 @@ void BM_TokenizeQwenSeedX60(benchmark::State& state) {
 BENCHMARK(BM_TokenizeQwenSeedX60)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 }  // namespace
-

@@ -6,10 +6,10 @@
 #include <string>
 
 #include "commands.h"
-#include "report/observe.h"
 #include "common.h"
 #include "gguf/file_type.h"
 #include "model/model.h"
+#include "report/observe.h"
 #include "runtime/bench.h"
 #include "util/error.h"
 #include "util/thread_pool.h"

@@ -8,8 +8,10 @@ namespace minfer::cli {
 
 void EngineFlags::add_to(ArgParser& p, bool with_ctx) {
     p.option({"-t", "--threads"}, &threads, "N", "threads (0 = the number of physical cores)");
-    if (with_ctx) p.option({"-c", "--ctx-size"}, &ctx_size, "N", "context size in tokens (KV cache rows)");
-    p.option({"-b", "--batch-size"}, &batch_size, "N", "tokens per forward pass while reading the prompt");
+    if (with_ctx)
+        p.option({"-c", "--ctx-size"}, &ctx_size, "N", "context size in tokens (KV cache rows)");
+    p.option({"-b", "--batch-size"}, &batch_size, "N",
+             "tokens per forward pass while reading the prompt");
     p.option({"-ctk", "--cache-type-k"}, &kv_type, "TYPE", "K cache element type: f32 or f16");
     p.option({"-ctv", "--cache-type-v"}, &kv_type_v, "TYPE",
              "V cache element type: f32 or f16 (the same as -ctk; -ctk alone sets both)");
@@ -35,7 +37,8 @@ runtime::SessionOptions EngineFlags::session_options() const {
         int a = 0, b = 0;
         char extra = 0;
         if (std::sscanf(queue_layers.c_str(), "%d:%d%c", &a, &b, &extra) != 2 || a < 0 || b < a)
-            throw UsageError("--queue-layers needs A:B with 0 <= A <= B, got '" + queue_layers + "'");
+            throw UsageError("--queue-layers needs A:B with 0 <= A <= B, got '" + queue_layers +
+                             "'");
         o.queue_first_layer = a;
         o.queue_end_layer = b;
     }

@@ -16,7 +16,7 @@ struct EngineFlags {
     int64_t batch_size = 512;
     std::string kv_type = "f32";    // -ctk
     std::string kv_type_v = "f32";  // -ctv (must equal -ctk: one type for both regions)
-    std::string queue_layers;  // "A:B" — layers A..B-1 on the queue backend
+    std::string queue_layers;       // "A:B" — layers A..B-1 on the queue backend
 
     void add_to(ArgParser& p, bool with_ctx = true);
     // Fills the session options (n_ctx is set by the caller's context plan).

@@ -4,9 +4,8 @@
 // repeated after one warm-up run, timed without loading or tokenization.
 #pragma once
 
-#include <functional>
-
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tensor/blocks.h"
+#include "tensor/quants.h"
 #include "util/error.h"
 
 // The generic build has no -march flag; the hot loops below are written so
@@ -868,30 +869,10 @@ MINFER_CLONES float dot_f32(const float* a, const float* b, int64_t n) {
     return s;
 }
 
+// The activation format is the tensor stage's vec_dot_type: one table for
+// both, so the kernels and the reference code cannot disagree.
 DType act_type(DType w) {
-    switch (w) {
-        case DType::Q4_0:
-        case DType::Q5_0:
-        case DType::Q8_0:
-        case DType::IQ4_NL:
-            return DType::Q8_0;
-        case DType::Q4_1:
-        case DType::Q5_1:
-            return DType::Q8_1;
-        case DType::Q2_K:
-        case DType::Q3_K:
-        case DType::Q4_K:
-        case DType::Q5_K:
-        case DType::Q6_K:
-        case DType::IQ4_XS:
-            return DType::Q8_K;
-        case DType::F16:
-            return DType::F16;
-        case DType::BF16:
-            return DType::BF16;
-        default:
-            return DType::F32;
-    }
+    return tensor::vec_dot_type(w);
 }
 
 void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
