@@ -684,6 +684,23 @@ MINFER_CLONES float dot_q3_K(int64_t n, const void* vw, const void* va) {
     return sumf;
 }
 
+// Q4_K and Q5_K share the super-block arithmetic once unpacked to int8:
+// 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min (the min
+// times the activations' sums, from Q8_K's bsums).
+template <typename Block>
+MINFER_INLINE float dot_k4_superblock(const Block& x, const block_q8_K& y, const int8_t* a) {
+    int isum = 0, summ = 0;
+    for (int j = 0; j < 8; ++j) {
+        uint8_t sc, m;
+        scale_min_k4(j, x.scales, &sc, &m);
+        isum += sc * dot_i8<32>(a + 32 * j, y.qs + 32 * j);
+        summ += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
+    }
+    const float d = h2f(x.d) * y.d;
+    const float dmin = h2f(x.dmin) * y.d;
+    return d * static_cast<float>(isum) - dmin * static_cast<float>(summ);
+}
+
 MINFER_CLONES float dot_q4_K(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q4_K*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
@@ -691,16 +708,7 @@ MINFER_CLONES float dot_q4_K(int64_t n, const void* vw, const void* va) {
     for (int64_t i = 0; i < n / QK_K; ++i) {
         int8_t a[QK_K];
         unpack_q4k(x[i], a);
-        int isum = 0, summ = 0;
-        for (int j = 0; j < 8; ++j) {
-            uint8_t sc, m;
-            scale_min_k4(j, x[i].scales, &sc, &m);
-            isum += sc * dot_i8<32>(a + 32 * j, y[i].qs + 32 * j);
-            summ += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        }
-        const float d = h2f(x[i].d) * y[i].d;
-        const float dmin = h2f(x[i].dmin) * y[i].d;
-        sumf += d * static_cast<float>(isum) - dmin * static_cast<float>(summ);
+        sumf += dot_k4_superblock(x[i], y[i], a);
     }
     return sumf;
 }
@@ -712,16 +720,7 @@ MINFER_CLONES float dot_q5_K(int64_t n, const void* vw, const void* va) {
     for (int64_t i = 0; i < n / QK_K; ++i) {
         int8_t a[QK_K];
         unpack_q5k(x[i], a);
-        int isum = 0, summ = 0;
-        for (int j = 0; j < 8; ++j) {
-            uint8_t sc, m;
-            scale_min_k4(j, x[i].scales, &sc, &m);
-            isum += sc * dot_i8<32>(a + 32 * j, y[i].qs + 32 * j);
-            summ += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-        }
-        const float d = h2f(x[i].d) * y[i].d;
-        const float dmin = h2f(x[i].dmin) * y[i].d;
-        sumf += d * static_cast<float>(isum) - dmin * static_cast<float>(summ);
+        sumf += dot_k4_superblock(x[i], y[i], a);
     }
     return sumf;
 }
