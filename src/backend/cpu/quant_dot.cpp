@@ -816,43 +816,11 @@ MINFER_INLINE void quantize_q8_32(const float* x, Block* y, int64_t n) {
     }
 }
 
-// ggml's quantize_row_q8_K_ref: scale from the signed value of largest
-// magnitude (so it maps to -127), ties to even, bsums per 16.
 MINFER_CLONES void quantize_q8_0_row(const float* x, block_q8_0* y, int64_t n) {
     quantize_q8_32<false>(x, y, n);
 }
 MINFER_CLONES void quantize_q8_1_row(const float* x, block_q8_1* y, int64_t n) {
     quantize_q8_32<true>(x, y, n);
-}
-
-MINFER_CLONES void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
-    for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
-        float max = 0, amax = 0;
-        for (int j = 0; j < QK_K; ++j) {
-            const float ax = std::fabs(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
-            }
-        }
-        if (amax == 0.0f) {
-            y[i].d = 0;
-            std::memset(y[i].qs, 0, sizeof(y[i].qs));
-            std::memset(y[i].bsums, 0, sizeof(y[i].bsums));
-            continue;
-        }
-        const float iscale = -127.f / max;
-        for (int j = 0; j < QK_K; ++j) {
-            const int v = nearest_int(iscale * x[j]);
-            y[i].qs[j] = static_cast<int8_t>(v < 127 ? v : 127);
-        }
-        for (int j = 0; j < QK_K / 16; ++j) {
-            int sum = 0;
-            for (int l = 0; l < 16; ++l) sum += y[i].qs[16 * j + l];
-            y[i].bsums[j] = static_cast<int16_t>(sum);
-        }
-        y[i].d = 1 / iscale;
-    }
 }
 
 }  // namespace
@@ -883,7 +851,7 @@ void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
             quantize_q8_1_row(x, static_cast<block_q8_1*>(y), n);
             return;
         case DType::Q8_K:
-            quantize_q8_K(x, static_cast<block_q8_K*>(y), n);
+            tensor::quantize_row(DType::Q8_K, x, y, n);  // ggml's quantize_row_q8_K_ref
             return;
         case DType::F16: {
             auto* h = static_cast<uint16_t*>(y);
@@ -957,200 +925,12 @@ VecDotFn vec_dot_fn(DType w) {
     }
 }
 
-// ---- dequantization (ggml's dequantize_row_*) -------------------------------
+// ---- dequantization ---------------------------------------------------------
 
+// Only GetRows (one embedding row per token) dequantizes on the CPU path, so
+// the tensor stage's reference dequantizer (ggml's arithmetic) serves as is.
 void dequant_row(DType type, const void* vx, float* y, int64_t n) {
-    switch (type) {
-        case DType::F32:
-            std::memcpy(y, vx, static_cast<size_t>(n) * 4);
-            return;
-        case DType::F16: {
-            const auto* h = static_cast<const uint16_t*>(vx);
-            for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(h[i]);
-            return;
-        }
-        case DType::BF16: {
-            const auto* h = static_cast<const uint16_t*>(vx);
-            for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_fp32(h[i]);
-            return;
-        }
-        case DType::Q4_0: {
-            const auto* x = static_cast<const block_q4_0*>(vx);
-            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
-                const float d = h2f(x[i].d);
-                for (int j = 0; j < 16; ++j) {
-                    y[j] = static_cast<float>((x[i].qs[j] & 0xF) - 8) * d;
-                    y[j + 16] = static_cast<float>((x[i].qs[j] >> 4) - 8) * d;
-                }
-            }
-            return;
-        }
-        case DType::Q4_1: {
-            const auto* x = static_cast<const block_q4_1*>(vx);
-            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
-                const float d = h2f(x[i].d), m = h2f(x[i].m);
-                for (int j = 0; j < 16; ++j) {
-                    y[j] = static_cast<float>(x[i].qs[j] & 0xF) * d + m;
-                    y[j + 16] = static_cast<float>(x[i].qs[j] >> 4) * d + m;
-                }
-            }
-            return;
-        }
-        case DType::Q5_0:
-        case DType::Q5_1: {
-            const bool has_min = type == DType::Q5_1;
-            const size_t bsz = has_min ? sizeof(block_q5_1) : sizeof(block_q5_0);
-            const auto* base = static_cast<const uint8_t*>(vx);
-            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
-                const uint8_t* b = base + static_cast<size_t>(i) * bsz;
-                f16_t hd, hm = 0;
-                std::memcpy(&hd, b, 2);
-                if (has_min) std::memcpy(&hm, b + 2, 2);
-                const uint8_t* qhp = b + (has_min ? 4 : 2);
-                const uint8_t* qs = qhp + 4;
-                uint32_t qh;
-                std::memcpy(&qh, qhp, 4);
-                const float d = h2f(hd), m = has_min ? h2f(hm) : 0.0f;
-                const int off = has_min ? 0 : 16;
-                for (int j = 0; j < 16; ++j) {
-                    const int xh0 = static_cast<int>(((qh >> j) << 4) & 0x10);
-                    const int xh1 = static_cast<int>((qh >> (j + 12)) & 0x10);
-                    const int x0 = ((qs[j] & 0x0F) | xh0) - off;
-                    const int x1 = ((qs[j] >> 4) | xh1) - off;
-                    y[j] = has_min ? static_cast<float>(x0) * d + m : static_cast<float>(x0) * d;
-                    y[j + 16] =
-                        has_min ? static_cast<float>(x1) * d + m : static_cast<float>(x1) * d;
-                }
-            }
-            return;
-        }
-        case DType::Q8_0: {
-            const auto* x = static_cast<const block_q8_0*>(vx);
-            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
-                const float d = h2f(x[i].d);
-                for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d;
-            }
-            return;
-        }
-        case DType::Q8_1: {
-            const auto* x = static_cast<const block_q8_1*>(vx);
-            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
-                const float d = h2f(x[i].d);
-                for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d;
-            }
-            return;
-        }
-        case DType::Q8_K: {
-            const auto* x = static_cast<const block_q8_K*>(vx);
-            for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K)
-                for (int j = 0; j < QK_K; ++j) y[j] = x[i].d * static_cast<float>(x[i].qs[j]);
-            return;
-        }
-        case DType::Q2_K: {
-            const auto* x = static_cast<const block_q2_K*>(vx);
-            for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
-                int8_t a[QK_K];
-                unpack_q2k(x[i], a);
-                const float d = h2f(x[i].d), dmin = h2f(x[i].dmin);
-                for (int j = 0; j < 16; ++j) {
-                    const float dl = d * static_cast<float>(x[i].scales[j] & 0xF);
-                    const float ml = dmin * static_cast<float>(x[i].scales[j] >> 4);
-                    for (int l = 0; l < 16; ++l)
-                        y[16 * j + l] = dl * static_cast<float>(a[16 * j + l]) - ml;
-                }
-            }
-            return;
-        }
-        case DType::Q3_K: {
-            const auto* x = static_cast<const block_q3_K*>(vx);
-            for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
-                int8_t a[QK_K], sc[16];
-                unpack_q3k(x[i], a);
-                q3k_scales(x[i].scales, sc);
-                const float d = h2f(x[i].d);
-                for (int j = 0; j < 16; ++j) {
-                    const float dl = d * static_cast<float>(sc[j]);
-                    for (int l = 0; l < 16; ++l)
-                        y[16 * j + l] = dl * static_cast<float>(a[16 * j + l]);
-                }
-            }
-            return;
-        }
-        case DType::Q4_K:
-        case DType::Q5_K: {
-            for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
-                int8_t a[QK_K];
-                const uint8_t* scales;
-                f16_t hd, hmin;
-                if (type == DType::Q4_K) {
-                    const auto& b = static_cast<const block_q4_K*>(vx)[i];
-                    unpack_q4k(b, a);
-                    scales = b.scales;
-                    hd = b.d;
-                    hmin = b.dmin;
-                } else {
-                    const auto& b = static_cast<const block_q5_K*>(vx)[i];
-                    unpack_q5k(b, a);
-                    scales = b.scales;
-                    hd = b.d;
-                    hmin = b.dmin;
-                }
-                const float d = h2f(hd), dmin = h2f(hmin);
-                for (int j = 0; j < 8; ++j) {
-                    uint8_t sc, m;
-                    scale_min_k4(j, scales, &sc, &m);
-                    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
-                    for (int l = 0; l < 32; ++l)
-                        y[32 * j + l] = d1 * static_cast<float>(a[32 * j + l]) - m1;
-                }
-            }
-            return;
-        }
-        case DType::Q6_K: {
-            const auto* x = static_cast<const block_q6_K*>(vx);
-            for (int64_t i = 0; i < n / QK_K; ++i, y += QK_K) {
-                int8_t a[QK_K];
-                unpack_q6k(x[i], a);
-                const float d = h2f(x[i].d);
-                for (int j = 0; j < 16; ++j) {
-                    for (int l = 0; l < 16; ++l)
-                        y[16 * j + l] = d * static_cast<float>(x[i].scales[j]) *
-                                        static_cast<float>(a[16 * j + l]);
-                }
-            }
-            return;
-        }
-        case DType::IQ4_NL: {
-            const auto* x = static_cast<const block_iq4_nl*>(vx);
-            for (int64_t i = 0; i < n / 32; ++i, y += 32) {
-                const float d = h2f(x[i].d);
-                for (int j = 0; j < 16; ++j) {
-                    y[j] = d * static_cast<float>(kvalues_iq4nl[x[i].qs[j] & 0xF]);
-                    y[j + 16] = d * static_cast<float>(kvalues_iq4nl[x[i].qs[j] >> 4]);
-                }
-            }
-            return;
-        }
-        case DType::IQ4_XS: {
-            const auto* x = static_cast<const block_iq4_xs*>(vx);
-            for (int64_t i = 0; i < n / QK_K; ++i) {
-                const float d = h2f(x[i].d);
-                for (int ib = 0; ib < 8; ++ib, y += 32) {
-                    const int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) |
-                                   (((x[i].scales_h >> 2 * ib) & 3) << 4);
-                    const float dl = d * static_cast<float>(ls - 32);
-                    const uint8_t* qs = x[i].qs + 16 * ib;
-                    for (int j = 0; j < 16; ++j) {
-                        y[j] = dl * static_cast<float>(kvalues_iq4nl[qs[j] & 0xF]);
-                        y[j + 16] = dl * static_cast<float>(kvalues_iq4nl[qs[j] >> 4]);
-                    }
-                }
-            }
-            return;
-        }
-        default:
-            MINFER_ASSERT_MSG(false, "dequant_row: unsupported type");
-    }
+    tensor::dequantize_row(type, vx, y, n);
 }
 
 }  // namespace minfer::cpu
