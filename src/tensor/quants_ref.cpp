@@ -19,18 +19,30 @@ constexpr float kGroupMaxEps = 1e-15f;
 
 // ---- the scale searches shared by the K-quants -----------------------------
 
+// The value of largest magnitude with its sign (the first one on ties, as
+// ggml's loops keep it) and that magnitude: the reference quantizers map it
+// to the end of the quantized range.
+struct SignedAbsMax {
+    float max;
+    float amax;
+};
+inline SignedAbsMax signed_absmax(const float* x, int64_t n) {
+    SignedAbsMax r{0.0f, 0.0f};
+    for (int64_t i = 0; i < n; ++i) {
+        const float ax = std::fabs(x[i]);
+        if (ax > r.amax) {
+            r.amax = ax;
+            r.max = x[i];
+        }
+    }
+    return r;
+}
+
 // Symmetric quantization of n values to [-nmax, nmax-1] (stored + nmax in L).
 // rmse_type 1: weights x^2 (or qw), then a search over 18 nearby scales for
 // the one minimizing the weighted squared error. Returns the scale.
 float make_qx_quants(int n, int nmax, const float* x, int8_t* L, int rmse_type, const float* qw) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = std::fabs(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    const auto [max, amax] = signed_absmax(x, n);
     if (amax < kGroupMaxEps) {
         for (int i = 0; i < n; ++i) L[i] = 0;
         return 0.f;
@@ -93,14 +105,7 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L, int rmse_type, 
 // Q3_K's symmetric search: start from round(x * -nmax/max), then coordinate
 // descent on each quant (weights x^2) while the weighted fit improves.
 float make_q3_quants(int n, int nmax, const float* x, int8_t* L, bool do_rmse) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = std::fabs(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    const auto [max, amax] = signed_absmax(x, n);
     if (amax < kGroupMaxEps) {
         for (int i = 0; i < n; ++i) L[i] = 0;
         return 0.f;
@@ -260,14 +265,7 @@ void quantize_q4_0(const float* x, block_q4_0* y, int64_t n) {
     for (int64_t i = 0; i < nb; ++i) {
         // The element of largest magnitude maps exactly to -8 (its sign kept
         // in d), which uses the asymmetric 4-bit range [-8, 7] fully.
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < qk; ++j) {
-            const float v = x[i * qk + j];
-            if (amax < std::fabs(v)) {
-                amax = std::fabs(v);
-                max = v;
-            }
-        }
+        const auto [max, amax] = signed_absmax(x + i * qk, qk);
         const float d = max / -8;
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = fp32_to_fp16(d);
@@ -309,14 +307,7 @@ void quantize_q5_0(const float* x, block_q5_0* y, int64_t n) {
     constexpr int qk = QK5_0;
     const int64_t nb = n / qk;
     for (int64_t i = 0; i < nb; ++i) {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < qk; ++j) {
-            const float v = x[i * qk + j];
-            if (amax < std::fabs(v)) {
-                amax = std::fabs(v);
-                max = v;
-            }
-        }
+        const auto [max, amax] = signed_absmax(x + i * qk, qk);
         const float d = max / -16;
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = fp32_to_fp16(d);
@@ -683,14 +674,7 @@ void quantize_q6_K(const float* x, block_q6_K* y, int64_t n) {
 void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
     const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; ++i) {
-        float max = 0, amax = 0;
-        for (int j = 0; j < QK_K; ++j) {
-            const float ax = std::fabs(x[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = x[j];
-            }
-        }
+        const auto [max, amax] = signed_absmax(x, QK_K);
         if (!amax) {
             y[i].d = 0;
             std::memset(y[i].qs, 0, QK_K);
@@ -739,14 +723,7 @@ void quantize_iq4_superblock(int super_block_size, const float* x, f16_t* dh, ui
         const float* xb = x + ib * block_size;
         uint8_t* Lb = L + ib * block_size;
         for (int j = 0; j < block_size; ++j) weight[j] = xb[j] * xb[j];
-        float amax = 0, max = 0;
-        for (int j = 0; j < block_size; ++j) {
-            const float ax = std::fabs(xb[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = xb[j];
-            }
-        }
+        const auto [max, amax] = signed_absmax(xb, block_size);
         if (amax < kGroupMaxEps) {
             scales[ib] = 0;
             std::memset(Lb, 0, block_size);
