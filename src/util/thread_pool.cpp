@@ -199,7 +199,9 @@ void ThreadPool::run_chunks(int64_t n_chunks, const std::function<void(int, int6
     if (p.n_threads > 1 && n_chunks > 1) {
         std::lock_guard<std::mutex> lock(p.mutex);
         g = p.generation.load(std::memory_order_relaxed) + 1;
-        p.chunk_fn_generation.store(g, std::memory_order_relaxed);
+        // Release: a worker that joins through chunk_fn_generation (not the
+        // generation bump) must also see chunk_fn and n_chunks written above.
+        p.chunk_fn_generation.store(g, std::memory_order_release);
         p.generation.store(g, std::memory_order_release);
     }
     if (g != 0) p.cv.notify_all();
