@@ -28,7 +28,7 @@ constexpr int64_t kGroup = 16;  // elements per scale in the common form
 #define MINFER_GEMM_R 2
 #endif
 #ifndef MINFER_GEMM_T
-#define MINFER_GEMM_T 8
+#define MINFER_GEMM_T 6
 #endif
 // The micro-tile: kMR weight rows x kMT tokens of float accumulators. 2 x 8
 // measured best on Zen 4 (bench: 95 GOP/s for 4 x 4, ~120 for 2 x 8 and
@@ -48,10 +48,6 @@ RowsForm rows_form(void* scratch, int64_t K, int64_t n) {
     f.s = reinterpret_cast<float*>(p + n * K);
     f.m = f.s + n * (K / kGroup);
     return f;
-}
-
-bool is_k_quant(DType t) {
-    return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 
 bool has_mins(DType t) {
@@ -217,167 +213,137 @@ bool has_vnni() {
     return yes;
 }
 
-// R weight rows x T tokens over K: 64 elements per step. vpdpbusd takes
-// the activations unsigned (q ^ 0x80 = q + 128) and the weights signed; the
-// accumulator starts at -128 * (sum of the 4 weights of the lane), so each
-// lane ends with the exact signed sum of 4 products. Lane groups of 4 share
-// one 16-element group: cvt, times the weight and activation scales, FMA
-// into float accumulators (ggml's per-block float step).
-template <int R, int T>
-MINFER_VNNI void micro(const RowsForm& wf, int64_t r, int64_t K, const uint8_t* act,
-                       size_t act_stride, int64_t t, float* out, int64_t out_stride) {
-    const int64_t ng = K / kGroup;
-    const __m512i idx4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
-    __m512 acc[R][T];
-    for (int i = 0; i < R; ++i)
-        for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
-    const int8_t* wv[R];
-    const float* ws[R];
-    for (int i = 0; i < R; ++i) {
-        wv[i] = wf.v + (r + i) * K;
-        ws[i] = wf.s + (r + i) * ng;
+// One panel: 16 weight rows (the 16 int32 lanes of a vector) in the form
+// the micro-kernel reads. Values are interleaved by 4 (quad q of row l at
+// v[(q * 16 + l) * 4]), so one 64-byte load gives 4 values of every row and
+// one vpdpbusd against 4 activation bytes broadcast to all lanes adds their
+// products into each row's own lane: no horizontal sums, and a group's
+// integer sum per row is finished before any float work.
+struct Panel {
+    int8_t* v;   // [K/4][16][4]
+    float* s;    // [K/G][16] scale of each group of G elements
+    int32_t* c;  // [K/G][16] -128 * (sum of the group's values): vpdpbusd takes the
+                 // activations as q + 128, starting a group here makes its sum exact
+    float* o;    // [K/32][16] -dmin * min of each 32 (Q4_K, Q5_K), else unused
+};
+
+size_t panel_bytes(int64_t K, int64_t G) {
+    return static_cast<size_t>(16 * K) + 16 * static_cast<size_t>(K / G) * 8 +
+           16 * static_cast<size_t>(K / 32) * 4;
+}
+
+Panel panel_at(void* p, int64_t K, int64_t G) {
+    auto* b = static_cast<uint8_t*>(p);
+    Panel f;
+    f.v = reinterpret_cast<int8_t*>(b);
+    f.s = reinterpret_cast<float*>(b + 16 * K);
+    f.c = reinterpret_cast<int32_t*>(f.s + 16 * (K / G));
+    f.o = reinterpret_cast<float*>(f.c + 16 * (K / G));
+    return f;
+}
+
+// Rows [r0, r1) (at most 16) of w into a panel; lanes past r1 - r0 are zero.
+// row is scratch for one row in the common form of unpack_row.
+void fill_panel(DType t, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t G, int64_t r0,
+                int64_t r1, const Panel& p, const RowsForm& row) {
+    const int64_t ng = K / G;
+    std::memset(p.v, 0, static_cast<size_t>(16 * K));
+    std::memset(p.s, 0, static_cast<size_t>(16 * ng) * sizeof(float));
+    std::memset(p.c, 0, static_cast<size_t>(16 * ng) * sizeof(int32_t));
+    std::memset(p.o, 0, static_cast<size_t>(16 * (K / 32)) * sizeof(float));
+    for (int64_t l = 0; l < r1 - r0; ++l) {
+        unpack_row(t, w + static_cast<size_t>(r0 + l) * w_row_bytes, K, row.v, row.s, row.m);
+        for (int64_t q = 0; q < K / 4; ++q) std::memcpy(p.v + (q * 16 + l) * 4, row.v + 4 * q, 4);
+        for (int64_t g = 0; g < ng; ++g) {
+            int32_t sum = 0;
+            for (int64_t i = 0; i < G; ++i) sum += row.v[g * G + i];
+            p.c[g * 16 + l] = -128 * sum;
+            p.s[g * 16 + l] = row.s[g * G / kGroup];
+        }
+        if (has_mins(t))
+            for (int64_t g = 0; g < K / 32; ++g) p.o[g * 16 + l] = row.m[2 * g];
     }
+}
+
+// R panels x T tokens over K. Per group of G elements: vpdpbusd of G/4
+// activation quads into an integer sum per (row, token) started at the
+// panel's correction, then one conversion, the weight scale and the
+// activation scale into the float accumulator (ggml's per-block float step,
+// here for 16 rows at once). With mins (Q4_K, Q5_K) each 32 also adds
+// -dmin * min * d * bsum. An activation row in the GEMM form is q ^ 0x80
+// [K], its scale per 16 [K/16], and (Q8_K) d * bsum per 32 [K/32].
+template <int R, int T, int G, bool kMins>
+MINFER_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act_stride,
+                       int64_t t, float* out, int64_t out_stride, __mmask16 last_lanes) {
     const uint8_t* av[T];
     const float* ad[T];
     for (int j = 0; j < T; ++j) {
         av[j] = act + static_cast<size_t>(t + j) * act_stride;
         ad[j] = reinterpret_cast<const float*>(av[j] + K);
     }
-    for (int64_t k = 0; k < K; k += 64) {
-        const int64_t g = k / kGroup;
-        __m512i w[R], init[R];
-        __m512 dw[R];
-        for (int i = 0; i < R; ++i) {
-            w[i] = _mm512_loadu_si512(wv[i] + k);
-            init[i] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, w[i]));
-            dw[i] = _mm512_permutexvar_ps(idx4, _mm512_zextps128_ps512(_mm_loadu_ps(ws[i] + g)));
-        }
-        for (int j = 0; j < T; ++j) {
-            const __m512i a = _mm512_loadu_si512(av[j] + k);
-            const __m512 da =
-                _mm512_permutexvar_ps(idx4, _mm512_zextps128_ps512(_mm_loadu_ps(ad[j] + g)));
-            for (int i = 0; i < R; ++i) {
-                const __m512i isum = _mm512_dpbusd_epi32(init[i], a, w[i]);
-                acc[i][j] =
-                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw[i], da), acc[i][j]);
-            }
-        }
-    }
-    for (int i = 0; i < R; ++i)
-        for (int j = 0; j < T; ++j)
-            out[(t + j) * out_stride + r + i] = _mm512_reduce_add_ps(acc[i][j]);
-}
-
-// The same for Q8_K activations (K-quant weights), whose scale is one per
-// 256 elements: the 4 steps of a block accumulate cvt(isum) * weight scale
-// in a block accumulator, which then takes the activation scale once — a
-// multiply fewer per step. The mins (-dmin * min_g * d * bsum_g) are a dot
-// over the K/16 groups, done after the main loop.
-template <int R, int T, bool kMins>
-MINFER_VNNI void micro_k(const RowsForm& wf, int64_t r, int64_t K, const uint8_t* act,
-                         size_t act_stride, int64_t t, float* out, int64_t out_stride) {
-    const int64_t ng = K / kGroup;
-    const __m512i idx4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    const __m512i k80 = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512 acc[R][T];
     for (int i = 0; i < R; ++i)
         for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
-    const int8_t* wv[R];
-    const float* ws[R];
-    for (int i = 0; i < R; ++i) {
-        wv[i] = wf.v + (r + i) * K;
-        ws[i] = wf.s + (r + i) * ng;
-    }
-    const uint8_t* av[T];
-    const float* ad[T];
-    for (int j = 0; j < T; ++j) {
-        av[j] = act + static_cast<size_t>(t + j) * act_stride;
-        ad[j] = reinterpret_cast<const float*>(av[j] + K);
-    }
-    for (int64_t kb = 0; kb < K; kb += 256) {
-        __m512 blk[R][T];
-        for (int i = 0; i < R; ++i)
-            for (int j = 0; j < T; ++j) blk[i][j] = _mm512_setzero_ps();
-        for (int64_t k = kb; k < kb + 256; k += 64) {
-            const int64_t g = k / kGroup;
-            __m512i w[R], init[R];
-            __m512 dw[R];
-            for (int i = 0; i < R; ++i) {
-                w[i] = _mm512_loadu_si512(wv[i] + k);
-                init[i] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, w[i]));
-                dw[i] =
-                    _mm512_permutexvar_ps(idx4, _mm512_zextps128_ps512(_mm_loadu_ps(ws[i] + g)));
-            }
-            for (int j = 0; j < T; ++j) {
-                const __m512i a = _mm512_loadu_si512(av[j] + k);
-                for (int i = 0; i < R; ++i)
-                    blk[i][j] =
-                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init[i], a, w[i])),
-                                        dw[i], blk[i][j]);
-            }
-        }
-        for (int j = 0; j < T; ++j) {
-            const __m512 da = _mm512_set1_ps(ad[j][kb / kGroup]);
-            for (int i = 0; i < R; ++i) acc[i][j] = _mm512_fmadd_ps(blk[i][j], da, acc[i][j]);
-        }
-    }
-    if constexpr (kMins) {
+    for (int64_t g = 0; g < K / G; ++g) {
+        __m512i isum[R][T];
         for (int i = 0; i < R; ++i) {
-            const float* mr = wf.m + (r + i) * ng;
+            const __m512i c = _mm512_loadu_si512(p[i].c + 16 * g);
+            for (int j = 0; j < T; ++j) isum[i][j] = c;
+        }
+        const int8_t* wv[R];
+        for (int i = 0; i < R; ++i) wv[i] = p[i].v + g * G * 16;
+        for (int q = 0; q < G / 4; ++q) {
+            __m512i w[R];
+            for (int i = 0; i < R; ++i) w[i] = _mm512_loadu_si512(wv[i] + 64 * q);
             for (int j = 0; j < T; ++j) {
-                const float* bs = ad[j] + ng;
-                __m512 m = acc[i][j];
-                for (int64_t g = 0; g < ng; g += 16)
-                    m = _mm512_fmadd_ps(_mm512_loadu_ps(mr + g), _mm512_loadu_ps(bs + g), m);
-                acc[i][j] = m;
+                int32_t a4;
+                std::memcpy(&a4, av[j] + g * G + 4 * q, 4);
+                const __m512i a = _mm512_set1_epi32(a4);
+                for (int i = 0; i < R; ++i) isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], a, w[i]);
+            }
+        }
+        for (int i = 0; i < R; ++i) {
+            const __m512 s = _mm512_loadu_ps(p[i].s + 16 * g);
+            for (int j = 0; j < T; ++j)
+                acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum[i][j]), s),
+                                            _mm512_set1_ps(ad[j][g * G / kGroup]), acc[i][j]);
+        }
+        if constexpr (kMins) {
+            if (G == 32 || g % 2 == 1) {
+                const int64_t g32 = g * G / 32;
+                for (int i = 0; i < R; ++i) {
+                    const __m512 o = _mm512_loadu_ps(p[i].o + 16 * g32);
+                    for (int j = 0; j < T; ++j)
+                        acc[i][j] = _mm512_fmadd_ps(
+                            o, _mm512_set1_ps(ad[j][K / kGroup + g32]), acc[i][j]);
+                }
             }
         }
     }
     for (int i = 0; i < R; ++i)
-        for (int j = 0; j < T; ++j)
-            out[(t + j) * out_stride + r + i] = _mm512_reduce_add_ps(acc[i][j]);
+        for (int j = 0; j < T; ++j) {
+            float* o = out + (t + j) * out_stride + 16 * i;
+            if (i == R - 1)
+                _mm512_mask_storeu_ps(o, last_lanes, acc[i][j]);
+            else
+                _mm512_storeu_ps(o, acc[i][j]);
+        }
 }
 
-using MicroFn = void (*)(const RowsForm&, int64_t, int64_t, const uint8_t*, size_t, int64_t, float*,
-                         int64_t);
+using MicroFn = void (*)(const Panel*, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t,
+                         __mmask16);
 
-template <int R, int... Ts>
+// Tables of micro-kernels for 1..kMR panels x 1..kMT tokens.
+template <int G, bool kMins, int R, int... Ts>
 constexpr std::array<MicroFn, kMT> row_of(std::integer_sequence<int, Ts...>) {
-    return {&micro<R, Ts + 1>...};
+    return {&micro<R, Ts + 1, G, kMins>...};
 }
-template <int... Rs>
+template <int G, bool kMins, int... Rs>
 constexpr std::array<std::array<MicroFn, kMT>, kMR> table_of(std::integer_sequence<int, Rs...>) {
-    return {row_of<Rs + 1>(std::make_integer_sequence<int, kMT>{})...};
+    return {row_of<G, kMins, Rs + 1>(std::make_integer_sequence<int, kMT>{})...};
 }
-constexpr auto kMicro = table_of(std::make_integer_sequence<int, kMR>{});
-
-// Q8_K activations: 2 x 6 tiles (block accumulators double the registers;
-// measured on Zen 4, Q4_K K = 4864, one core: 2x4 122, 2x6 131, 4x3 124,
-// 3x4 106 GOP/s).
-#ifndef MINFER_GEMM_KR
-#define MINFER_GEMM_KR 2
-#endif
-#ifndef MINFER_GEMM_KT
-#define MINFER_GEMM_KT 6
-#endif
-constexpr int kKR = MINFER_GEMM_KR, kKT = MINFER_GEMM_KT;
-template <bool kMins, int R, int... Ts>
-constexpr std::array<MicroFn, kKT> krow_of(std::integer_sequence<int, Ts...>) {
-    return {&micro_k<R, Ts + 1, kMins>...};
-}
-template <bool kMins, int... Rs>
-constexpr std::array<std::array<MicroFn, kKT>, kKR> ktable_of(std::integer_sequence<int, Rs...>) {
-    return {krow_of<kMins, Rs + 1>(std::make_integer_sequence<int, kKT>{})...};
-}
-template <bool kMins>
-constexpr std::array<std::array<MicroFn, kKT>, kKR> ktable() {
-    return ktable_of<kMins>(std::make_integer_sequence<int, kKR>{});
-}
-constexpr auto kMicroK = ktable<false>();
-constexpr auto kMicroKMins = ktable<true>();
+template <int G, bool kMins>
+constexpr auto kMicro = table_of<G, kMins>(std::make_integer_sequence<int, kMR>{});
 #endif
 
 }  // namespace
@@ -405,9 +371,10 @@ bool gemm_supported(DType t, int64_t K) {
 }
 
 size_t gemm_act_row_bytes(DType act, int64_t K) {
-    // q [K], d per 16, and for Q8_K (mins) d * bsum per 16
-    const size_t groups = static_cast<size_t>(K / kGroup) * (act == DType::Q8_K ? 2 : 1);
-    return static_cast<size_t>(K) + groups * sizeof(float);
+    // q [K], d per 16, and for Q8_K (mins) d * bsum per 32
+    const size_t floats =
+        static_cast<size_t>(K / kGroup) + (act == DType::Q8_K ? static_cast<size_t>(K / 32) : 0);
+    return static_cast<size_t>(K) + floats * sizeof(float);
 }
 
 void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
@@ -426,17 +393,22 @@ void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
         for (int64_t b = 0; b < K / QK_K; ++b) {
             for (int j = 0; j < QK_K; ++j)
                 q[QK_K * b + j] = static_cast<uint8_t>(x[b].qs[j]) ^ 0x80;
-            for (int g = 0; g < 16; ++g) {
-                d[16 * b + g] = x[b].d;
-                bs[16 * b + g] = x[b].d * static_cast<float>(x[b].bsums[g]);
-            }
+            for (int g = 0; g < 16; ++g) d[16 * b + g] = x[b].d;
+            for (int g = 0; g < 8; ++g)
+                bs[8 * b + g] =
+                    x[b].d * static_cast<float>(x[b].bsums[2 * g] + x[b].bsums[2 * g + 1]);
         }
     }
 }
 
-size_t gemm_scratch_bytes(int64_t K, int64_t n_rows) {
-    return static_cast<size_t>(n_rows) *
-           (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup));
+int64_t gemm_tile_rows() {
+    return 16 * kMR;
+}
+
+size_t gemm_scratch_bytes(int64_t K) {
+    // kMR panels (at the smaller group, the larger size) and one row in the common form
+    return static_cast<size_t>(kMR) * panel_bytes(K, 16) +
+           static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup) + 64;
 }
 
 void gemm_rows(DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t r0, int64_t r1,
@@ -444,28 +416,23 @@ void gemm_rows(DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int
                int64_t out_stride, void* scratch) {
 #ifdef MINFER_GEMM_X86
     const int64_t n = r1 - r0;
-    RowsForm f = rows_form(scratch, K, n);
-    for (int64_t i = 0; i < n; ++i)
-        unpack_row(wtype, w + static_cast<size_t>(r0 + i) * w_row_bytes, K, f.v + i * K,
-                   f.s + i * (K / kGroup), f.m + i * (K / kGroup));
-    if (is_k_quant(wtype)) {
-        const auto& tab = has_mins(wtype) ? kMicroKMins : kMicroK;
-        for (int64_t t = 0; t < n_tokens; t += kKT) {
-            const int T = static_cast<int>(std::min<int64_t>(kKT, n_tokens - t));
-            for (int64_t r = 0; r < n; r += kKR) {
-                const int R = static_cast<int>(std::min<int64_t>(kKR, n - r));
-                tab[R - 1][T - 1](f, r, K, act, act_stride, t, out, out_stride);
-            }
-        }
-        return;
-    }
-    const auto& tab = kMicro;
+    MINFER_ASSERT(n >= 1 && n <= 16 * kMR);
+    const int64_t G = wtype == DType::Q6_K ? 16 : 32;
+    const int R = static_cast<int>((n + 15) / 16);
+    Panel p[kMR];
+    auto* base = static_cast<uint8_t*>(scratch);
+    for (int i = 0; i < kMR; ++i) p[i] = panel_at(base + i * panel_bytes(K, 16), K, G);
+    RowsForm row = rows_form(base + kMR * panel_bytes(K, 16), K, 1);
+    for (int i = 0; i < R; ++i)
+        fill_panel(wtype, w, w_row_bytes, K, G, r0 + 16 * i, std::min(r1, r0 + 16 * i + 16), p[i],
+                   row);
+    const int last = static_cast<int>(n - 16 * (R - 1));
+    const auto lanes = static_cast<__mmask16>((1u << last) - 1u);
+    const auto& tab = G == 16 ? kMicro<16, false> : has_mins(wtype) ? kMicro<32, true>
+                                                                     : kMicro<32, false>;
     for (int64_t t = 0; t < n_tokens; t += kMT) {
         const int T = static_cast<int>(std::min<int64_t>(kMT, n_tokens - t));
-        for (int64_t r = 0; r < n; r += kMR) {
-            const int R = static_cast<int>(std::min<int64_t>(kMR, n - r));
-            tab[R - 1][T - 1](f, r, K, act, act_stride, t, out, out_stride);
-        }
+        tab[R - 1][T - 1](p, K, act, act_stride, t, out, out_stride, lanes);
     }
 #else
     (void)wtype, (void)w, (void)w_row_bytes, (void)K, (void)r0, (void)r1, (void)act,

@@ -23,13 +23,15 @@ bool gemm_supported(tensor::DType weight, int64_t K);
 size_t gemm_act_row_bytes(tensor::DType act, int64_t K);
 // Converts one activation row (act_type(weight) blocks, as quantize_act_row
 // made it) into the GEMM form: uint8 q ^ 0x80 [K], float d per 16 [K/16],
-// float d * bsum per 16 [K/16] (Q8_K only: Q8_0 rows end before it).
+// float d * bsum per 32 [K/32] (Q8_K only: Q8_0 rows end before it).
 void gemm_pack_act(tensor::DType act, const void* row, int64_t K, void* out);
 
-// Bytes of per-thread scratch gemm_rows needs for n_rows rows of K.
-size_t gemm_scratch_bytes(int64_t K, int64_t n_rows);
+// Most rows one gemm_rows call takes (the micro-tile's rows).
+int64_t gemm_tile_rows();
+// Bytes of per-thread scratch gemm_rows needs for rows of K.
+size_t gemm_scratch_bytes(int64_t K);
 // out[t * out_stride + r - r0] = dot(weight row r, token t) for rows
-// [r0, r1) of w (row stride w_row_bytes) and tokens [0, n_tokens), whose
+// [r0, r1) (at most gemm_tile_rows()) of w (row stride w_row_bytes) and tokens [0, n_tokens), whose
 // GEMM-form rows are act + t * act_stride.
 void gemm_rows(tensor::DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t r0,
                int64_t r1, const uint8_t* act, size_t act_stride, int64_t n_tokens, float* out,

@@ -27,7 +27,6 @@ constexpr int64_t kParallelQuantizeMin = 1 << 15;
 // From this many tokens on, weight types with a GEMM kernel take it: the
 // unpacking of a weight tile costs about as much as a few tokens' dots.
 constexpr int64_t kGemmMinTokens = 4;
-constexpr int64_t kGemmRowBlock = 16;
 }  // namespace
 
 void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride,
@@ -118,11 +117,12 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
 
     if (gemm) {
         // 2'. Row tiles x all tokens: each tile is unpacked once.
-        const int64_t n_rt = (M + kGemmRowBlock - 1) / kGemmRowBlock;
+        const int64_t tile_rows = gemm_tile_rows();
+        const int64_t n_rt = (M + tile_rows - 1) / tile_rows;
         auto gemm_work = [&](int ith, int64_t tile) {
-            void* scratch = pool.scratch(ith, gemm_scratch_bytes(K, kGemmRowBlock));
+            void* scratch = pool.scratch(ith, gemm_scratch_bytes(K));
             {
-                const int64_t r0 = tile * kGemmRowBlock, r1 = std::min(M, r0 + kGemmRowBlock);
+                const int64_t r0 = tile * tile_rows, r1 = std::min(M, r0 + tile_rows);
                 // Split the tile at part boundaries.
                 for (int p = 0; p < n_parts; ++p) {
                     const PartInfo& pi = info[p];
