@@ -745,48 +745,67 @@ TEST(CpuFusion, FusedQkvEpilogueEqualsUnfusedChainBitForBit) {
     }
 }
 
-TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
-    // 37 cached rows (two full 16-blocks and a masked tail), GQA 7:1 and
-    // 1:1, head_dim 64 and 128. The SIMD path differs from the scalar loop
-    // only by float order and its exp (<= ~2 ulp): 2e-5 absolute for
-    // values in [-1, 1]. With an f16 cache, a probability may round to the
-    // neighbouring f16 (2^-11 relative) when its float differs in the last
-    // bits: <= 37 * 2^-11 * |p| * |v| summed, 1e-3 absolute.
-    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no AVX-512";
-    const int64_t n_kv = 37;
-    for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}}) {
-        for (DType kvt : {DType::F32, DType::F16}) {
-            SCOPED_TRACE(std::string(dtype_name(kvt)) + " hd=" + std::to_string(s.hd));
-            const int64_t kv = int64_t{s.n_head_kv} * s.hd, nq = int64_t{s.n_head} * s.hd;
-            auto k_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 31);
-            auto v_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 32);
-            std::vector<uint16_t> k16(k_all.size()), v16(v_all.size());
-            for (size_t i = 0; i < k_all.size(); ++i) {
-                k16[i] = fp32_to_fp16(k_all[i]);
-                v16[i] = fp32_to_fp16(v_all[i]);
-            }
-            const bool f16 = kvt == DType::F16;
-            void* K = f16 ? static_cast<void*>(k16.data()) : k_all.data();
-            void* V = f16 ? static_cast<void*>(v16.data()) : v_all.data();
-            auto q = random_floats(static_cast<size_t>(nq * 2), 33);
-            std::vector<int32_t> pos = {int32_t(n_kv - 2), int32_t(n_kv - 1)};
-            Node node = make_node(Op::Attn, {nq, 2, 1, 1});
-            node.meta = s.meta();
-            node.meta.kv_type = kvt;
-            std::vector<float> fast(static_cast<size_t>(nq * 2)), slow(fast.size());
-            NodeData d{{q.data(), nullptr, pos.data()},
-                       fast.data(),
-                       K,
-                       V,
-                       {{nq, 2, 1, 1}, {kv, s.n_ctx, 1, 1}, {2, 1, 1, 1}}};
-            ThreadPool pool(2);
-            cpu::run_node(node, d, pool);
-            setenv("MINFER_SCALAR_ATTN", "1", 1);
-            d.out = slow.data();
-            cpu::run_node(node, d, pool);
-            unsetenv("MINFER_SCALAR_ATTN");
-            for (size_t i = 0; i < fast.size(); ++i)
-                EXPECT_NEAR(fast[i], slow[i], f16 ? 1e-3 : 2e-5) << "i=" << i;
-        }
+namespace {
+// Runs one Attn node of n_tok tokens at positions n_kv - n_tok .. n_kv - 1
+// over a random cache with the SIMD kernels and with the scalar loop
+// (MINFER_SCALAR_ATTN=1) and compares. The SIMD paths differ from the
+// scalar loop only by float order and their exp (<= ~2 ulp): 2e-5 absolute
+// for values in [-1, 1]. With an f16 cache, a probability may round to the
+// neighbouring f16 (2^-11 relative) when its float differs in the last
+// bits: <= n_kv * 2^-11 * |p| * |v| summed, 1e-3 absolute.
+void expect_simd_attn_matches_scalar(const AttnSetup& s, DType kvt, int64_t n_tok, int64_t n_kv) {
+    SCOPED_TRACE(std::string(dtype_name(kvt)) + " hd=" + std::to_string(s.hd) +
+                 " heads=" + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) +
+                 " tokens=" + std::to_string(n_tok));
+    const int64_t kv = int64_t{s.n_head_kv} * s.hd, nq = int64_t{s.n_head} * s.hd;
+    auto k_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 31);
+    auto v_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 32);
+    std::vector<uint16_t> k16(k_all.size()), v16(v_all.size());
+    for (size_t i = 0; i < k_all.size(); ++i) {
+        k16[i] = fp32_to_fp16(k_all[i]);
+        v16[i] = fp32_to_fp16(v_all[i]);
     }
+    const bool f16 = kvt == DType::F16;
+    void* K = f16 ? static_cast<void*>(k16.data()) : k_all.data();
+    void* V = f16 ? static_cast<void*>(v16.data()) : v_all.data();
+    auto q = random_floats(static_cast<size_t>(nq * n_tok), 33);
+    std::vector<int32_t> pos(static_cast<size_t>(n_tok));
+    for (int64_t i = 0; i < n_tok; ++i) pos[size_t(i)] = int32_t(n_kv - n_tok + i);
+    Node node = make_node(Op::Attn, {nq, n_tok, 1, 1});
+    node.meta = s.meta();
+    node.meta.kv_type = kvt;
+    std::vector<float> fast(static_cast<size_t>(nq * n_tok), NAN), slow(fast.size());
+    NodeData d{{q.data(), nullptr, pos.data()},
+               fast.data(),
+               K,
+               V,
+               {{nq, n_tok, 1, 1}, {kv, s.n_ctx, 1, 1}, {n_tok, 1, 1, 1}}};
+    ThreadPool pool(2);
+    cpu::run_node(node, d, pool);
+    setenv("MINFER_SCALAR_ATTN", "1", 1);
+    d.out = slow.data();
+    cpu::run_node(node, d, pool);
+    unsetenv("MINFER_SCALAR_ATTN");
+    for (size_t i = 0; i < fast.size(); ++i)
+        ASSERT_NEAR(fast[i], slow[i], f16 ? 1e-3 : 2e-5) << "i=" << i;
+}
+}  // namespace
+
+TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
+    // Two tokens (the per-head kernel of decode): 37 cached rows (two full
+    // 16-blocks and a masked tail), GQA 7:1 and 1:1, head_dim 64 and 128.
+    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no AVX-512";
+    for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}})
+        for (DType kvt : {DType::F32, DType::F16}) expect_simd_attn_matches_scalar(s, kvt, 2, 37);
+}
+
+TEST(CpuAttn, ManyRowsPathMatchesScalarLoopForF32AndF16Caches) {
+    // A prompt chunk (the many-rows kernel): 21 tokens at positions 24..44,
+    // so blocks of tokens see different key counts (causal masking inside a
+    // vector) and key counts not a multiple of 4; GQA 7:1 (112-row blocks),
+    // 2:1, 1:1 and head_dim 48, 64, 128 (3, 4 and 8 vectors per row).
+    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no AVX-512";
+    for (AttnSetup s : {AttnSetup{14, 2, 64, 48}, AttnSetup{4, 2, 128, 48},
+                        AttnSetup{2, 2, 128, 48}, AttnSetup{4, 2, 48, 48}})
+        for (DType kvt : {DType::F32, DType::F16}) expect_simd_attn_matches_scalar(s, kvt, 21, 45);
 }

@@ -1,6 +1,9 @@
 #include "backend/cpu/attn.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <utility>
 
 #include "util/error.h"
 
@@ -13,6 +16,12 @@
 #endif
 
 namespace minfer::cpu {
+
+size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd, bool f16) {
+    const int64_t lanes = (rows + 15) / 16 * 16, n_kv_pad = (n_kv_max + 3) / 4 * 4;
+    return static_cast<size_t>(lanes * hd + n_kv_pad * lanes + lanes +
+                               (f16 ? 2 * n_kv_pad * hd : 0));
+}
 
 #ifdef MINFER_ATTN_X86
 namespace {
@@ -95,6 +104,158 @@ MINFER_AVX512 void attn_head_avx512(bool f16, const float* q, const void* k, con
     for (int i = 0; i < nv; ++i) _mm512_storeu_ps(o + 16 * i, acc[i]);
 }
 
+// ---- many query rows at once (prompt chunks) ----
+// Rows are (token, head of the group) pairs sharing one KV head; 16 rows
+// sit in the lanes of a vector, so a score is a plain FMA chain over the
+// head dimension (q transposed once per call, each K element broadcast)
+// with no horizontal sum per (row, key), and the softmax runs on 16 rows at
+// once. Scores are kept key-major: st[j][row].
+
+constexpr int kKeysPerStep = 4;  // keys sharing one load of q^T[d]
+constexpr int64_t kMaxRows = kAttnMaxRows;
+
+// out[r] = sum_j p[j][r] * v_j for the rows of one vector block, R rows at a
+// time in registers (NV vectors each).
+template <int NV>
+MINFER_AVX512 void attn_pv(const float* p, int64_t p_stride, int64_t rows,
+                           const int32_t* n_kv_row, const float* v, int64_t v_row,
+                           float* const* out) {
+    constexpr int R = NV >= 16 ? 1 : 16 / NV > 4 ? 4 : 16 / NV;
+    for (int64_t r0 = 0; r0 < rows; r0 += R) {
+        const int nr = static_cast<int>(std::min<int64_t>(R, rows - r0));
+        int64_t n_kv = 0;
+        for (int i = 0; i < nr; ++i) n_kv = std::max<int64_t>(n_kv, n_kv_row[r0 + i]);
+        __m512 acc[R][NV];
+        for (int i = 0; i < R; ++i)
+            for (int u = 0; u < NV; ++u) acc[i][u] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n_kv; ++j) {
+            const float* vj = v + j * v_row;
+            for (int i = 0; i < R; ++i) {
+                if (i >= nr) break;
+                const __m512 pj = _mm512_set1_ps(p[j * p_stride + r0 + i]);
+                for (int u = 0; u < NV; ++u)
+                    acc[i][u] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * u), acc[i][u]);
+            }
+        }
+        for (int i = 0; i < nr; ++i)
+            for (int u = 0; u < NV; ++u) _mm512_storeu_ps(out[r0 + i] + 16 * u, acc[i][u]);
+    }
+}
+
+using PvFn = void (*)(const float*, int64_t, int64_t, const int32_t*, const float*, int64_t,
+                      float* const*);
+template <int... NVs>
+constexpr std::array<PvFn, kMaxVecs> pv_table(std::integer_sequence<int, NVs...>) {
+    return {&attn_pv<NVs + 1>...};
+}
+constexpr auto kPv = pv_table(std::make_integer_sequence<int, kMaxVecs>{});
+
+MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
+    const int64_t hd = a.hd, rows = a.n_tokens * a.group, nrv = (rows + 15) / 16;
+    int64_t n_kv_max = 0;
+    for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
+    const int64_t n_kv_pad = (n_kv_max + kKeysPerStep - 1) / kKeysPerStep * kKeysPerStep;
+    // scratch: q^T [nrv][hd][16] | scores [n_kv_pad][nrv * 16] | row n_kv [nrv * 16]
+    // | with f16: K and V rows as floats [n_kv_pad][hd] each
+    float* qt = scratch;
+    float* st = qt + nrv * hd * 16;
+    const int64_t st_stride = nrv * 16;
+    auto* row_kv = reinterpret_cast<int32_t*>(st + n_kv_pad * st_stride);
+    float* kf = reinterpret_cast<float*>(row_kv + st_stride);
+    float* vf = kf + n_kv_pad * hd;
+
+    for (int64_t r = 0; r < st_stride; ++r) {
+        // padding rows see key 0 only (finite softmax, never stored)
+        row_kv[r] = r < rows ? a.n_kv[r / a.group] : 1;
+        for (int64_t d = 0; d < hd; ++d) {
+            float x = 0.0f;
+            if (r < rows) {
+                x = a.q[(r / a.group) * a.q_stride + (r % a.group) * hd + d];
+                if (a.f16) x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            }
+            qt[((r / 16) * hd + d) * 16 + r % 16] = x;
+        }
+    }
+    // K and V rows as floats (an f16 cache is converted once per call).
+    const float* kr = static_cast<const float*>(a.k) + a.off;
+    const float* vr = static_cast<const float*>(a.v) + a.off;
+    int64_t k_stride = a.kv_row;
+    if (a.f16) {
+        const auto* k16 = static_cast<const uint16_t*>(a.k) + a.off;
+        const auto* v16 = static_cast<const uint16_t*>(a.v) + a.off;
+        for (int64_t j = 0; j < n_kv_pad; ++j)
+            for (int64_t d = 0; d < hd; d += 16) {
+                const bool in = j < n_kv_max;
+                _mm512_storeu_ps(kf + j * hd + d, in ? load16(true, k16, j * a.kv_row + d)
+                                                     : _mm512_setzero_ps());
+                _mm512_storeu_ps(vf + j * hd + d, in ? load16(true, v16, j * a.kv_row + d)
+                                                     : _mm512_setzero_ps());
+            }
+        kr = kf;
+        vr = vf;
+        k_stride = hd;
+    }
+    const __m512 vscale = _mm512_set1_ps(a.scale), ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t rv = 0; rv < nrv; ++rv) {
+        const float* q = qt + rv * hd * 16;
+        const __m512i lane_kv = _mm512_loadu_si512(row_kv + rv * 16);
+        // Scores, kKeysPerStep keys per pass over q^T; keys at or past a
+        // row's n_kv are -inf (and never read from memory past n_kv_max).
+        for (int64_t j = 0; j < n_kv_pad; j += kKeysPerStep) {
+            __m512 acc[kKeysPerStep];
+            const float* kj[kKeysPerStep];
+            for (int u = 0; u < kKeysPerStep; ++u) {
+                acc[u] = _mm512_setzero_ps();
+                kj[u] = kr + std::min(j + u, n_kv_max - 1) * k_stride;
+            }
+            for (int64_t d = 0; d < hd; ++d) {
+                const __m512 qd = _mm512_loadu_ps(q + d * 16);
+                for (int u = 0; u < kKeysPerStep; ++u)
+                    acc[u] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kj[u][d]), acc[u]);
+            }
+            for (int u = 0; u < kKeysPerStep; ++u) {
+                const __mmask16 live = _mm512_cmpgt_epi32_mask(
+                    lane_kv, _mm512_set1_epi32(static_cast<int32_t>(j + u)));
+                _mm512_storeu_ps(st + (j + u) * st_stride + rv * 16,
+                                 _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(acc[u], vscale)));
+            }
+        }
+        // Softmax down each lane: the maximum, exp(s - max) with the sum of
+        // each 16 keys in float then in double (as attn_head_avx512), and
+        // the probabilities (rounded to f16 for an f16 V, as ggml).
+        __m512 mx = ninf;
+        for (int64_t j = 0; j < n_kv_max; ++j)
+            mx = _mm512_max_ps(mx, _mm512_loadu_ps(st + j * st_stride + rv * 16));
+        __m512d sum_lo = _mm512_setzero_pd(), sum_hi = _mm512_setzero_pd();
+        for (int64_t j0 = 0; j0 < n_kv_max; j0 += 16) {
+            __m512 part = _mm512_setzero_ps();
+            for (int64_t j = j0; j < std::min(n_kv_max, j0 + 16); ++j) {
+                float* sj = st + j * st_stride + rv * 16;
+                const __m512 e = simd::exp_ps(_mm512_sub_ps(_mm512_loadu_ps(sj), mx));
+                _mm512_storeu_ps(sj, e);
+                part = _mm512_add_ps(part, e);
+            }
+            sum_lo = _mm512_add_pd(sum_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(part)));
+            sum_hi = _mm512_add_pd(sum_hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(part, 1)));
+        }
+        const __m512d one = _mm512_set1_pd(1.0);
+        const __m512 inv = _mm512_insertf32x8(
+            _mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_div_pd(one, sum_lo))),
+            _mm512_cvtpd_ps(_mm512_div_pd(one, sum_hi)), 1);
+        for (int64_t j = 0; j < n_kv_max; ++j) {
+            float* sj = st + j * st_stride + rv * 16;
+            __m512 p = _mm512_mul_ps(_mm512_loadu_ps(sj), inv);
+            if (a.f16) p = round_f16(p);
+            _mm512_storeu_ps(sj, p);
+        }
+    }
+    // out = P V, rows in registers.
+    float* outs[kMaxRows];
+    for (int64_t r = 0; r < rows; ++r)
+        outs[r] = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
+    kPv[static_cast<size_t>(hd / 16 - 1)](st, st_stride, rows, row_kv, vr, k_stride, outs);
+}
+
 }  // namespace
 
 bool attn_simd_supported(int64_t hd) {
@@ -106,6 +267,11 @@ void attn_head_simd(bool f16, const float* q, const void* k, const void* v, int6
     attn_head_avx512(f16, q, k, v, kv_row, off, n_kv, hd, scale, s, o);
 }
 
+void attn_rows_simd(const AttnRows& a, float* scratch) {
+    MINFER_ASSERT(a.n_tokens * a.group <= kMaxRows);
+    attn_rows_avx512(a, scratch);
+}
+
 #else
 
 bool attn_simd_supported(int64_t) {
@@ -115,6 +281,10 @@ bool attn_simd_supported(int64_t) {
 void attn_head_simd(bool, const float*, const void*, const void*, int64_t, int64_t, int64_t,
                     int64_t, float, float*, float*) {
     MINFER_ASSERT_MSG(false, "attn_head_simd without AVX-512");
+}
+
+void attn_rows_simd(const AttnRows&, float*) {
+    MINFER_ASSERT_MSG(false, "attn_rows_simd without AVX-512");
 }
 
 #endif

@@ -3,6 +3,7 @@
 // where the CPU has it (the scalar loop in kernels.cpp stays the reference).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace minfer::cpu {
@@ -17,5 +18,29 @@ bool attn_simd_supported(int64_t hd);
 // exponentials in float, then in double.
 void attn_head_simd(bool f16, const float* q, const void* k, const void* v, int64_t kv_row,
                     int64_t off, int64_t n_kv, int64_t hd, float scale, float* s, float* o);
+
+// Several tokens of a prompt chunk against one KV head: rows are (token i,
+// head h of the group), q row at q + i * q_stride + h * hd, output at
+// out + i * out_stride + h * hd; token i sees keys [0, n_kv[i]). Same
+// softmax arithmetic as attn_head_simd; the score order differs only in
+// float rounding (one FMA chain per score).
+struct AttnRows {
+    bool f16 = false;
+    const float* q = nullptr;
+    int64_t q_stride = 0;
+    const int32_t* n_kv = nullptr;  // [n_tokens]
+    int64_t n_tokens = 0, group = 1;
+    const void* k = nullptr;  // region bases, rows of kv_row elements, this head at off
+    const void* v = nullptr;
+    int64_t kv_row = 0, off = 0, hd = 0;
+    float scale = 1.0f;
+    float* out = nullptr;
+    int64_t out_stride = 0;
+};
+// At most this many rows (n_tokens * group) per call.
+constexpr int64_t kAttnMaxRows = 128;
+// Floats of scratch attn_rows_simd needs.
+size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd, bool f16);
+void attn_rows_simd(const AttnRows& a, float* scratch);
 
 }  // namespace minfer::cpu

@@ -265,14 +265,14 @@ void fill_panel(DType t, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_
     }
 }
 
-// R panels x T tokens over K. Per group of G elements: vpdpbusd of G/4
+// R panels x T tokens over K (Q8_0 activations: weights in groups of 32).
+// Per group of G elements: vpdpbusd of G/4
 // activation quads into an integer sum per (row, token) started at the
 // panel's correction, then one conversion, the weight scale and the
 // activation scale into the float accumulator (ggml's per-block float step,
-// here for 16 rows at once). With mins (Q4_K, Q5_K) each 32 also adds
-// -dmin * min * d * bsum. An activation row in the GEMM form is q ^ 0x80
-// [K], its scale per 16 [K/16], and (Q8_K) d * bsum per 32 [K/32].
-template <int R, int T, int G, bool kMins>
+// here for 16 rows at once). An activation row in the GEMM form is q ^ 0x80
+// [K], its scale per 16 [K/16], and (Q8_K) the sum of q per 32 [K/32].
+template <int R, int T>
 MINFER_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act_stride,
                        int64_t t, float* out, int64_t out_stride, __mmask16 last_lanes) {
     const uint8_t* av[T];
@@ -281,6 +281,7 @@ MINFER_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act
         av[j] = act + static_cast<size_t>(t + j) * act_stride;
         ad[j] = reinterpret_cast<const float*>(av[j] + K);
     }
+    constexpr int64_t G = 32;
     __m512 acc[R][T];
     for (int i = 0; i < R; ++i)
         for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -308,17 +309,6 @@ MINFER_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act
                 acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum[i][j]), s),
                                             _mm512_set1_ps(ad[j][g * G / kGroup]), acc[i][j]);
         }
-        if constexpr (kMins) {
-            if (G == 32 || g % 2 == 1) {
-                const int64_t g32 = g * G / 32;
-                for (int i = 0; i < R; ++i) {
-                    const __m512 o = _mm512_loadu_ps(p[i].o + 16 * g32);
-                    for (int j = 0; j < T; ++j)
-                        acc[i][j] = _mm512_fmadd_ps(
-                            o, _mm512_set1_ps(ad[j][K / kGroup + g32]), acc[i][j]);
-                }
-            }
-        }
     }
     for (int i = 0; i < R; ++i)
         for (int j = 0; j < T; ++j) {
@@ -330,20 +320,93 @@ MINFER_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act
         }
 }
 
+// The same for Q8_K activations (K-quant weights), whose scale is one per
+// 256: a super-block's groups gather cvt(sum) * weight scale (and the mins,
+// min * bsum) in a float block sum, which takes the activation scale once
+// and is added into out — a multiply fewer per group than micro, and the
+// running sums live in out, so two register sets suffice.
+template <int R, int T, int G, bool kMins>
+MINFER_VNNI void micro_k(const Panel* p, int64_t K, const uint8_t* act, size_t act_stride,
+                         int64_t t, float* out, int64_t out_stride, __mmask16 last_lanes) {
+    const uint8_t* av[T];
+    const float* ad[T];
+    for (int j = 0; j < T; ++j) {
+        av[j] = act + static_cast<size_t>(t + j) * act_stride;
+        ad[j] = reinterpret_cast<const float*>(av[j] + K);
+    }
+    constexpr int64_t kGroups = QK_K / G;  // per super-block
+    for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+        __m512 blk[R][T];
+        for (int i = 0; i < R; ++i)
+            for (int j = 0; j < T; ++j) blk[i][j] = _mm512_setzero_ps();
+        for (int64_t g = sb * kGroups; g < (sb + 1) * kGroups; ++g) {
+            __m512i isum[R][T];
+            for (int i = 0; i < R; ++i) {
+                const __m512i c = _mm512_loadu_si512(p[i].c + 16 * g);
+                for (int j = 0; j < T; ++j) isum[i][j] = c;
+            }
+            const int8_t* wv[R];
+            for (int i = 0; i < R; ++i) wv[i] = p[i].v + g * G * 16;
+            for (int q = 0; q < G / 4; ++q) {
+                __m512i w[R];
+                for (int i = 0; i < R; ++i) w[i] = _mm512_loadu_si512(wv[i] + 64 * q);
+                for (int j = 0; j < T; ++j) {
+                    int32_t a4;
+                    std::memcpy(&a4, av[j] + g * G + 4 * q, 4);
+                    const __m512i a = _mm512_set1_epi32(a4);
+                    for (int i = 0; i < R; ++i)
+                        isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], a, w[i]);
+                }
+            }
+            for (int i = 0; i < R; ++i) {
+                const __m512 s = _mm512_loadu_ps(p[i].s + 16 * g);
+                for (int j = 0; j < T; ++j)
+                    blk[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][j]), s, blk[i][j]);
+            }
+            if constexpr (kMins) {
+                for (int i = 0; i < R; ++i) {
+                    const __m512 o = _mm512_loadu_ps(p[i].o + 16 * g);
+                    for (int j = 0; j < T; ++j)
+                        blk[i][j] = _mm512_fmadd_ps(o, _mm512_set1_ps(ad[j][K / kGroup + g]),
+                                                    blk[i][j]);
+                }
+            }
+        }
+        for (int i = 0; i < R; ++i)
+            for (int j = 0; j < T; ++j) {
+                float* o = out + (t + j) * out_stride + 16 * i;
+                const __mmask16 m = i == R - 1 ? last_lanes : __mmask16(0xFFFF);
+                const __m512 da = _mm512_set1_ps(ad[j][sb * (QK_K / kGroup)]);
+                const __m512 prev = sb == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, o);
+                _mm512_mask_storeu_ps(o, m, _mm512_fmadd_ps(blk[i][j], da, prev));
+            }
+    }
+}
+
 using MicroFn = void (*)(const Panel*, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t,
                          __mmask16);
 
 // Tables of micro-kernels for 1..kMR panels x 1..kMT tokens.
-template <int G, bool kMins, int R, int... Ts>
+template <int R, int... Ts>
 constexpr std::array<MicroFn, kMT> row_of(std::integer_sequence<int, Ts...>) {
-    return {&micro<R, Ts + 1, G, kMins>...};
+    return {&micro<R, Ts + 1>...};
+}
+template <int... Rs>
+constexpr std::array<std::array<MicroFn, kMT>, kMR> table_of(std::integer_sequence<int, Rs...>) {
+    return {row_of<Rs + 1>(std::make_integer_sequence<int, kMT>{})...};
+}
+constexpr auto kMicro = table_of(std::make_integer_sequence<int, kMR>{});
+
+template <int G, bool kMins, int R, int... Ts>
+constexpr std::array<MicroFn, kMT> krow_of(std::integer_sequence<int, Ts...>) {
+    return {&micro_k<R, Ts + 1, G, kMins>...};
 }
 template <int G, bool kMins, int... Rs>
-constexpr std::array<std::array<MicroFn, kMT>, kMR> table_of(std::integer_sequence<int, Rs...>) {
-    return {row_of<G, kMins, Rs + 1>(std::make_integer_sequence<int, kMT>{})...};
+constexpr std::array<std::array<MicroFn, kMT>, kMR> ktable_of(std::integer_sequence<int, Rs...>) {
+    return {krow_of<G, kMins, Rs + 1>(std::make_integer_sequence<int, kMT>{})...};
 }
 template <int G, bool kMins>
-constexpr auto kMicro = table_of<G, kMins>(std::make_integer_sequence<int, kMR>{});
+constexpr auto kMicroK = ktable_of<G, kMins>(std::make_integer_sequence<int, kMR>{});
 #endif
 
 }  // namespace
@@ -395,8 +458,7 @@ void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
                 q[QK_K * b + j] = static_cast<uint8_t>(x[b].qs[j]) ^ 0x80;
             for (int g = 0; g < 16; ++g) d[16 * b + g] = x[b].d;
             for (int g = 0; g < 8; ++g)
-                bs[8 * b + g] =
-                    x[b].d * static_cast<float>(x[b].bsums[2 * g] + x[b].bsums[2 * g + 1]);
+                bs[8 * b + g] = static_cast<float>(x[b].bsums[2 * g] + x[b].bsums[2 * g + 1]);
         }
     }
 }
@@ -428,8 +490,11 @@ void gemm_rows(DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int
                    row);
     const int last = static_cast<int>(n - 16 * (R - 1));
     const auto lanes = static_cast<__mmask16>((1u << last) - 1u);
-    const auto& tab = G == 16 ? kMicro<16, false> : has_mins(wtype) ? kMicro<32, true>
-                                                                     : kMicro<32, false>;
+    const bool kq = wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K;
+    const auto& tab = !kq              ? kMicro
+                      : G == 16        ? kMicroK<16, false>
+                      : has_mins(wtype) ? kMicroK<32, true>
+                                        : kMicroK<32, false>;
     for (int64_t t = 0; t < n_tokens; t += kMT) {
         const int T = static_cast<int>(std::min<int64_t>(kMT, n_tokens - t));
         tab[R - 1][T - 1](p, K, act, act_stride, t, out, out_stride, lanes);

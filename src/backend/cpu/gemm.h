@@ -23,7 +23,7 @@ bool gemm_supported(tensor::DType weight, int64_t K);
 size_t gemm_act_row_bytes(tensor::DType act, int64_t K);
 // Converts one activation row (act_type(weight) blocks, as quantize_act_row
 // made it) into the GEMM form: uint8 q ^ 0x80 [K], float d per 16 [K/16],
-// float d * bsum per 32 [K/32] (Q8_K only: Q8_0 rows end before it).
+// the sum of q per 32 as float [K/32] (Q8_K only: Q8_0 rows end before it).
 void gemm_pack_act(tensor::DType act, const void* row, int64_t K, void* out);
 
 // Most rows one gemm_rows call takes (the micro-tile's rows).

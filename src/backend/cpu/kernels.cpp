@@ -193,6 +193,10 @@ void op_kv_store(const Node& node, const NodeData& data, ThreadPool&) {
     }
 }
 
+// From this many tokens on, attention takes the many-rows kernel (decode
+// keeps the per-head one: one token's rows are too few to fill vectors).
+constexpr int64_t kAttnRowsMinTokens = 4;
+
 bool scalar_attn_forced() {
     const char* e = std::getenv("MINFER_SCALAR_ATTN");
     return e != nullptr && e[0] == '1';
@@ -220,6 +224,46 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
     // MINFER_SCALAR_ATTN=1 keeps the scalar reference loop (tests compare).
     const bool simd = attn_simd_supported(hd) && !scalar_attn_forced();
 
+    if (simd && n >= kAttnRowsMinTokens) {
+        // Items (KV head, block of tokens): the block's rows (token, head
+        // of the group) fill whole 16-lane vectors where the group allows.
+        int64_t tb = std::max<int64_t>(1, (32 + group - 1) / group);
+        for (int64_t t = tb; t * group <= kAttnMaxRows; ++t)
+            if (t * group % 16 == 0) {
+                tb = t;
+                break;
+            }
+        tb = std::min(tb, std::max<int64_t>(1, kAttnMaxRows / group));
+        const int64_t n_tb = (n + tb - 1) / tb;
+        pool.run_chunks(n_head_kv * n_tb, [&](int ith, int64_t c) {
+            const int64_t kvh = c / n_tb, t0 = (c % n_tb) * tb, t1 = std::min(n, t0 + tb);
+            std::array<int32_t, kAttnMaxRows> n_kv{};
+            int64_t n_kv_max = 0;
+            for (int64_t t = t0; t < t1; ++t) {
+                n_kv[static_cast<size_t>(t - t0)] = pos[t] + 1;
+                n_kv_max = std::max<int64_t>(n_kv_max, pos[t] + 1);
+            }
+            AttnRows a;
+            a.f16 = f16;
+            a.q = q + t0 * q_stride + kvh * group * hd;
+            a.q_stride = q_stride;
+            a.n_kv = n_kv.data();
+            a.n_tokens = t1 - t0;
+            a.group = group;
+            a.k = data.k;
+            a.v = data.v;
+            a.kv_row = kv_row;
+            a.off = kvh * hd;
+            a.hd = hd;
+            a.scale = scale;
+            a.out = out + t0 * node.ne[0] + kvh * group * hd;
+            a.out_stride = node.ne[0];
+            auto* scratch = static_cast<float*>(pool.scratch(
+                ith, attn_rows_scratch_floats((t1 - t0) * group, n_kv_max, hd, f16) * 4));
+            attn_rows_simd(a, scratch);
+        });
+        return;
+    }
     // Items (token, head) in chunks of a few heads: a chunk's heads share
     // K/V rows of one group where they can.
     const int64_t per = std::max<int64_t>(1, std::min<int64_t>(group, n_items / (4 * pool.size())));
