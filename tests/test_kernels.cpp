@@ -152,11 +152,19 @@ TEST(CpuQuant, AgreesWithTheTensorStage) {
         EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << dtype_name(t);
         EXPECT_EQ(cpu::act_type(t), tensor::vec_dot_type(t)) << dtype_name(t);
     }
-    // Q8_K activations: the same reference quantizer.
-    auto x = random_floats(512, 78, -3, 3);
-    std::vector<uint8_t> qa(row_size(DType::Q8_K, 512)), qb(qa.size());
-    cpu::quantize_act_row(DType::Q8_K, x.data(), qa.data(), 512);
-    tensor::quantize_row(DType::Q8_K, x.data(), qb.data(), 512);
+    // Q8_K activations: bit-identical to the reference quantizer, also for
+    // a zero block, a block whose largest magnitude comes with both signs
+    // (the first one's sign wins) and values on rounding ties.
+    auto x = random_floats(1024, 78, -3, 3);
+    std::fill(x.begin() + 256, x.begin() + 512, 0.0f);
+    x[520] = 2.5f;
+    x[530] = -2.5f;
+    for (int j = 540; j < 560; ++j) x[size_t(j)] = 2.5f * float(j - 550) / 127.0f * 0.5f;
+    x[770] = -3.5f;
+    x[900] = 3.5f;
+    std::vector<uint8_t> qa(row_size(DType::Q8_K, 1024)), qb(qa.size());
+    cpu::quantize_act_row(DType::Q8_K, x.data(), qa.data(), 1024);
+    tensor::quantize_row(DType::Q8_K, x.data(), qb.data(), 1024);
     EXPECT_EQ(0, std::memcmp(qa.data(), qb.data(), qa.size()));
 }
 

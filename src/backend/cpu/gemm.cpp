@@ -242,27 +242,65 @@ Panel panel_at(void* p, int64_t K, int64_t G) {
     return f;
 }
 
-// Rows [r0, r1) (at most 16) of w into a panel; lanes past r1 - r0 are zero.
-// row is scratch for one row in the common form of unpack_row.
-void fill_panel(DType t, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t G, int64_t r0,
-                int64_t r1, const Panel& p, const RowsForm& row) {
-    const int64_t ng = K / G;
-    std::memset(p.v, 0, static_cast<size_t>(16 * K));
-    std::memset(p.s, 0, static_cast<size_t>(16 * ng) * sizeof(float));
-    std::memset(p.c, 0, static_cast<size_t>(16 * ng) * sizeof(int32_t));
-    std::memset(p.o, 0, static_cast<size_t>(16 * (K / 32)) * sizeof(float));
-    for (int64_t l = 0; l < r1 - r0; ++l) {
-        unpack_row(t, w + static_cast<size_t>(r0 + l) * w_row_bytes, K, row.v, row.s, row.m);
-        for (int64_t q = 0; q < K / 4; ++q) std::memcpy(p.v + (q * 16 + l) * 4, row.v + 4 * q, 4);
-        for (int64_t g = 0; g < ng; ++g) {
-            int32_t sum = 0;
-            for (int64_t i = 0; i < G; ++i) sum += row.v[g * G + i];
-            p.c[g * 16 + l] = -128 * sum;
-            p.s[g * 16 + l] = row.s[g * G / kGroup];
-        }
-        if (has_mins(t))
-            for (int64_t g = 0; g < K / 32; ++g) p.o[g * 16 + l] = row.m[2 * g];
+// Transposes 16 x 16 32-bit elements in place (r[i] lane j <-> r[j] lane i).
+MINFER_VNNI inline void transpose16x16(__m512i r[16]) {
+    __m512 a[16], b[16];
+    for (int i = 0; i < 16; ++i) a[i] = _mm512_castsi512_ps(r[i]);
+    for (int i = 0; i < 16; i += 2) {  // pairs of rows interleaved by element
+        b[i] = _mm512_unpacklo_ps(a[i], a[i + 1]);
+        b[i + 1] = _mm512_unpackhi_ps(a[i], a[i + 1]);
     }
+    for (int i = 0; i < 16; i += 4) {  // then by pairs of elements
+        a[i] = _mm512_shuffle_ps(b[i], b[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        a[i + 1] = _mm512_shuffle_ps(b[i], b[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        a[i + 2] = _mm512_shuffle_ps(b[i + 1], b[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        a[i + 3] = _mm512_shuffle_ps(b[i + 1], b[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int h = 0; h < 16; h += 8)  // then 128-bit lanes, twice
+        for (int i = 0; i < 4; ++i) {
+            b[h + i] = _mm512_shuffle_f32x4(a[h + i], a[h + i + 4], 0x88);
+            b[h + i + 4] = _mm512_shuffle_f32x4(a[h + i], a[h + i + 4], 0xdd);
+        }
+    for (int i = 0; i < 8; ++i) {
+        a[i] = _mm512_shuffle_f32x4(b[i], b[i + 8], 0x88);
+        a[i + 8] = _mm512_shuffle_f32x4(b[i], b[i + 8], 0xdd);
+    }
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(a[i]);
+}
+
+// Rows [r0, r1) (at most 16) of w into a panel; lanes past r1 - r0 are zero.
+// rows is scratch for 16 rows in the common form of unpack_row.
+MINFER_VNNI void fill_panel(DType t, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t G,
+                            int64_t r0, int64_t r1, const Panel& p, const RowsForm& rows) {
+    const int64_t ng = K / G, n = r1 - r0;
+    for (int64_t l = 0; l < n; ++l)
+        unpack_row(t, w + static_cast<size_t>(r0 + l) * w_row_bytes, K, rows.v + l * K,
+                   rows.s + l * (K / kGroup), rows.m + l * (K / kGroup));
+    // Values: 16 quads of each row at a time, transposed into 16 vectors of
+    // one quad of every row.
+    for (int64_t q0 = 0; q0 < K / 4; q0 += 16) {
+        __m512i r[16];
+        for (int l = 0; l < 16; ++l)
+            r[l] = l < n ? _mm512_loadu_si512(rows.v + l * K + 4 * q0) : _mm512_setzero_si512();
+        transpose16x16(r);
+        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(p.v + (q0 + i) * 64, r[i]);
+    }
+    // Per group: -128 * the sum of its values (4 bytes per lane summed by
+    // vpdpbusd against ones), the scale, the min.
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t g = 0; g < ng; ++g) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int64_t q = g * G / 4; q < (g + 1) * G / 4; ++q)
+            sum = _mm512_dpbusd_epi32(sum, ones, _mm512_loadu_si512(p.v + q * 64));
+        _mm512_storeu_si512(p.c + 16 * g, _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                            _mm512_slli_epi32(sum, 7)));
+        for (int64_t l = 0; l < 16; ++l)
+            p.s[g * 16 + l] = l < n ? rows.s[l * (K / kGroup) + g * G / kGroup] : 0.0f;
+    }
+    if (has_mins(t))
+        for (int64_t g = 0; g < K / 32; ++g)
+            for (int64_t l = 0; l < 16; ++l)
+                p.o[g * 16 + l] = l < n ? rows.m[l * (K / kGroup) + 2 * g] : 0.0f;
 }
 
 // R panels x T tokens over K (Q8_0 activations: weights in groups of 32).
@@ -468,9 +506,9 @@ int64_t gemm_tile_rows() {
 }
 
 size_t gemm_scratch_bytes(int64_t K) {
-    // kMR panels (at the smaller group, the larger size) and one row in the common form
+    // kMR panels (at the smaller group, the larger size) and 16 rows in the common form
     return static_cast<size_t>(kMR) * panel_bytes(K, 16) +
-           static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup) + 64;
+           16 * (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup));
 }
 
 void gemm_rows(DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t r0, int64_t r1,
@@ -484,10 +522,10 @@ void gemm_rows(DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int
     Panel p[kMR];
     auto* base = static_cast<uint8_t*>(scratch);
     for (int i = 0; i < kMR; ++i) p[i] = panel_at(base + i * panel_bytes(K, 16), K, G);
-    RowsForm row = rows_form(base + kMR * panel_bytes(K, 16), K, 1);
+    RowsForm rows = rows_form(base + kMR * panel_bytes(K, 16), K, 16);
     for (int i = 0; i < R; ++i)
         fill_panel(wtype, w, w_row_bytes, K, G, r0 + 16 * i, std::min(r1, r0 + 16 * i + 16), p[i],
-                   row);
+                   rows);
     const int last = static_cast<int>(n - 16 * (R - 1));
     const auto lanes = static_cast<__mmask16>((1u << last) - 1u);
     const bool kq = wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K;

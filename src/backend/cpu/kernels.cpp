@@ -397,9 +397,7 @@ void op_qkv_epilogue(const Node& node, const NodeData& data, ThreadPool& pool) {
 }  // namespace
 
 void rms_norm_row(const float* x, const float* w, float* y, int64_t n, float eps) {
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
-    const float mean = static_cast<float>(sum / static_cast<double>(n));
+    const float mean = static_cast<float>(sum_squares(x, n) / static_cast<double>(n));
     const float scale = 1.0f / std::sqrt(mean + eps);
     if (w) {
         for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];

@@ -1,5 +1,6 @@
 #include "backend/cpu/quant_dot.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -823,6 +824,36 @@ MINFER_CLONES void quantize_q8_1_row(const float* x, block_q8_1* y, int64_t n) {
     quantize_q8_32<true>(x, y, n);
 }
 
+// ggml's quantize_row_q8_K_ref (the tensor stage's reference, which the
+// tests hold this bit-identical to), written so the compiler vectorizes
+// it: the block's largest magnitude, its first element of that magnitude
+// (whose sign ggml keeps), then q = min(127, round(x * -127 / max)).
+MINFER_CLONES void quantize_q8_K_row(const float* x, block_q8_K* y, int64_t n) {
+    for (int64_t ib = 0; ib < n / QK_K; ++ib, x += QK_K) {
+        float amax = 0;
+        for (int j = 0; j < QK_K; ++j) {
+            const float ax = std::fabs(x[j]);
+            amax = ax > amax ? ax : amax;
+        }
+        if (amax == 0.0f) {
+            y[ib].d = 0;
+            std::memset(y[ib].qs, 0, QK_K);
+            std::memset(y[ib].bsums, 0, sizeof(y[ib].bsums));
+            continue;
+        }
+        int first = 0;
+        while (std::fabs(x[first]) != amax) ++first;
+        const float iscale = -127.f / x[first];
+        for (int j = 0; j < QK_K; ++j) y[ib].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
+        for (int g = 0; g < QK_K / 16; ++g) {
+            int sum = 0;
+            for (int j = 0; j < 16; ++j) sum += y[ib].qs[16 * g + j];
+            y[ib].bsums[g] = static_cast<int16_t>(sum);
+        }
+        y[ib].d = 1 / iscale;
+    }
+}
+
 }  // namespace
 
 MINFER_CLONES float dot_f32(const float* a, const float* b, int64_t n) {
@@ -851,7 +882,7 @@ void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
             quantize_q8_1_row(x, static_cast<block_q8_1*>(y), n);
             return;
         case DType::Q8_K:
-            tensor::quantize_row(DType::Q8_K, x, y, n);  // ggml's quantize_row_q8_K_ref
+            quantize_q8_K_row(x, static_cast<block_q8_K*>(y), n);
             return;
         case DType::F16: {
             auto* h = static_cast<uint16_t*>(y);

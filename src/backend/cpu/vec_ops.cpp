@@ -39,6 +39,20 @@ MINFER_AVX512 void swiglu_avx512(const float* a, const float* b, float* y, int64
     }
     swiglu_scalar(a, b, y, i, n);
 }
+
+MINFER_AVX512 double sum_squares_avx512(const float* x, int64_t n) {
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        const __m512 sq = _mm512_mul_ps(v, v);
+        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(sq, 1)));
+    }
+    double sum = _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+    for (; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+    return sum;
+}
 #endif
 
 }  // namespace
@@ -48,6 +62,15 @@ void swiglu_row(const float* a, const float* b, float* y, int64_t n) {
     if (has_avx512()) return swiglu_avx512(a, b, y, n);
 #endif
     swiglu_scalar(a, b, y, 0, n);
+}
+
+double sum_squares(const float* x, int64_t n) {
+#ifdef MINFER_VEC_X86
+    if (has_avx512()) return sum_squares_avx512(x, n);
+#endif
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+    return sum;
 }
 
 }  // namespace minfer::cpu
