@@ -21,7 +21,7 @@ void EngineFlags::add_to(ArgParser& p, bool with_ctx) {
 
 runtime::SessionOptions EngineFlags::session_options() const {
     runtime::SessionOptions o;
-    if (threads < 0) throw UsageError("-t must be >= 0");
+    if (threads < 0 || threads > 256) throw UsageError("-t must be between 0 and 256");
     if (batch_size < 1) throw UsageError("-b must be >= 1");
     o.n_threads = threads;
     o.n_batch = batch_size;
