@@ -58,7 +58,7 @@ int cmd_bench(int argc, char** argv, int first) {
     if (reps < 1) throw UsageError("-r must be >= 1");
     if (n_prompt < 0 || n_gen < 0) throw UsageError("-p and -n must be >= 0");
 
-    model::Model model = model::Model::load(model_path);
+    model::Model model = eng.load_model(model_path);
     runtime::BenchParams bp;
     bp.n_prompt = n_prompt;
     bp.n_gen = n_gen;

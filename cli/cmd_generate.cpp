@@ -149,7 +149,7 @@ int cmd_generate(int argc, char** argv, int first) {
     f.sp.seed = static_cast<uint64_t>(f.seed);
 
     const auto t_load = Clock::now();
-    model::Model model = model::Model::load(f.model_path);
+    model::Model model = f.eng.load_model(f.model_path);
     tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(model.file);
     Timing timing;
 

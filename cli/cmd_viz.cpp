@@ -80,7 +80,7 @@ int cmd_viz(int argc, char** argv, int first) {
             os << in.rdbuf();
             prompt = os.str();
         }
-        model::Model model = model::Model::load(model_path);
+        model::Model model = eng.load_model(model_path);
         tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(model.file);
         const std::vector<int32_t> ids = tok.encode(prompt, true);
         if (ids.empty()) throw Error("the prompt tokenizes to no tokens");

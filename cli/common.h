@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "model/model.h"
 #include "runtime/session.h"
 #include "util/args.h"
 
@@ -17,10 +18,14 @@ struct EngineFlags {
     std::string kv_type = "f32";    // -ctk
     std::string kv_type_v = "f32";  // -ctv (must equal -ctk: one type for both regions)
     std::string queue_layers;       // "A:B" — layers A..B-1 on the queue backend
+    bool no_interleave = false;     // keep the weights in the file's layout
 
     void add_to(ArgParser& p, bool with_ctx = true);
     // Fills the session options (n_ctx is set by the caller's context plan).
     runtime::SessionOptions session_options() const;
+    // Loads the model and, unless --no-interleave, regroups its matmul
+    // weights for the CPU kernels (Model::interleave_weights).
+    model::Model load_model(const std::string& path) const;
 };
 
 // Reports go to stderr; this prints "minfer: warning: ..." once.

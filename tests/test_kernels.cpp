@@ -4,6 +4,7 @@
 // pattern of the quant fields is exercised.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "backend/cpu/attn.h"
 #include "backend/cpu/gemm.h"
+#include "tensor/interleave.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
@@ -367,6 +369,79 @@ TEST(CpuMatMul, GemmPathEqualsTokenByTokenDots) {
                                 2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
                         << dtype_name(t) << " n=" << n << " t=" << tok << " m=" << m;
                 }
+            }
+        }
+    }
+}
+
+// ---- interleaved weights (tensor/interleave.h) ---------------------------------
+
+TEST(Interleave, RoundTripsEveryRowAndKeepsTheBytes) {
+    for (DType t : {DType::Q5_0, DType::Q4_K}) {
+        const int64_t K = 512, M = 48;
+        ASSERT_TRUE(tensor::can_interleave(t, K, M)) << dtype_name(t);
+        EXPECT_FALSE(tensor::can_interleave(t, K, 40)) << "rows not a multiple of 16";
+        Weight w = make_weight(t, K, M, 9);
+        std::vector<uint8_t> il(w.bytes.size(), 0xEE), row(row_size(t, K));
+        tensor::interleave_rows(t, w.bytes.data(), K, M, il.data());
+        // a permutation of the bytes: same multiset
+        std::vector<uint8_t> a = w.bytes, b = il;
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        EXPECT_EQ(a, b) << dtype_name(t);
+        for (int64_t r = 0; r < M; ++r) {
+            tensor::deinterleave_row(t, il.data(), K, r, row.data());
+            ASSERT_EQ(0, std::memcmp(row.data(), w.view.row(r), row.size()))
+                << dtype_name(t) << " row " << r;
+        }
+    }
+    EXPECT_FALSE(tensor::can_interleave(DType::F32, 64, 16));
+}
+
+TEST(CpuMatMul, InterleavedWeightsMatchTheFileLayout) {
+    // Decode (1 token), small batches (dot path, 3 tokens) and prompt
+    // batches (GEMM, 9 and 40 tokens) on interleaved weights against the
+    // same weights in GGUF rows: the integer sums are the same, only the
+    // float order differs (the bound argued for the GEMM above). Parts: a
+    // 21-row Q8_0 part first, so the interleaved part's groups straddle
+    // the threads' 16-row blocks (partial groups), then two interleaved
+    // parts.
+    const int64_t K = 512;
+    for (DType t : {DType::Q5_0, DType::Q4_K}) {
+        SCOPED_TRACE(dtype_name(t));
+        Weight a = make_weight(DType::Q8_0, K, 21, 1), b = make_weight(t, K, 32, 2),
+               c = make_weight(t, K, 48, 3);
+        std::vector<uint8_t> bi(b.bytes.size()), ci(c.bytes.size());
+        tensor::interleave_rows(t, b.bytes.data(), K, 32, bi.data());
+        tensor::interleave_rows(t, c.bytes.data(), K, 48, ci.data());
+        TensorView bv = b.view, cv = c.view;
+        bv.data = bi.data();
+        cv.data = ci.data();
+        bv.layout = cv.layout = TensorView::Layout::Rows16;
+        const cpu::MatMulPart plain[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 53}};
+        const cpu::MatMulPart inter[3] = {{&a.view, 0}, {&bv, 21}, {&cv, 53}};
+        const int64_t M = 101;
+        for (int64_t n : {1, 3, 9, 40}) {
+            for (int threads : {1, 2}) {
+                std::vector<float> x = random_floats(static_cast<size_t>(K * n), 5 + uint32_t(n));
+                std::vector<float> want(static_cast<size_t>(M * n)), got(want.size(), NAN);
+                ThreadPool pool(threads);
+                cpu::matmul(plain, 3, x.data(), K, n, want.data(), M, pool);
+                cpu::matmul(inter, 3, x.data(), K, n, got.data(), M, pool);
+                std::vector<float> wrow(static_cast<size_t>(K));
+                for (int64_t tok = 0; tok < n; ++tok)
+                    for (int64_t m = 0; m < M; ++m) {
+                        const Weight& w = m < 21 ? a : m < 53 ? b : c;
+                        const int64_t r = m < 21 ? m : m < 53 ? m - 21 : m - 53;
+                        tensor::dequantize_row(w.view.type, w.view.row(r), wrow.data(), K);
+                        double mag = 0;
+                        for (int64_t i = 0; i < K; ++i)
+                            mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
+                        ASSERT_NEAR(got[size_t(tok * M + m)], want[size_t(tok * M + m)],
+                                    2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                            << "n=" << n << " threads=" << threads << " t=" << tok
+                            << " m=" << m;
+                    }
             }
         }
     }

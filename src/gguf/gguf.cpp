@@ -582,6 +582,10 @@ const TensorInfo* File::find_tensor(std::string_view name) const {
     return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
+void File::release(const void* p, size_t n) const {
+    if (map_) map_->release(p, n);
+}
+
 std::optional<std::string> File::get_string(std::string_view key) const {
     const Value* v = find(key);
     if (!v) return std::nullopt;

@@ -107,6 +107,10 @@ class File {
     const std::vector<TensorInfo>& tensors() const { return tensors_; }
     const TensorInfo* find_tensor(std::string_view name) const;
 
+    // For a mapped file, drops the pages of [p, p + n) from resident memory
+    // (MappedFile::release); for a parsed buffer, nothing.
+    void release(const void* p, size_t n) const;
+
   private:
     std::shared_ptr<MappedFile> map_;  // null for parse()
     std::string source_;

@@ -1,9 +1,11 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <sstream>
 
+#include "tensor/interleave.h"
 #include "util/error.h"
 
 namespace minfer::model {
@@ -179,6 +181,32 @@ Model Model::from_file(gguf::File f) {
     }
     for (const auto& t : m.file.tensors()) m.weight_bytes += t.nbytes;
     return m;
+}
+
+size_t Model::interleave_weights() {
+    std::vector<const tensor::TensorView*> targets;
+    for (const LayerWeights& L : layers)
+        for (const tensor::TensorView* w : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down})
+            targets.push_back(w);
+    if (!tied_output) targets.push_back(output);
+    size_t done = 0;
+    for (tensor::TensorView& v : views_) {
+        if (v.layout != tensor::TensorView::Layout::Rows ||
+            std::find(targets.begin(), targets.end(), &v) == targets.end() ||
+            !tensor::can_interleave(v.type, v.ne[0], v.n_rows()))
+            continue;
+        void* buf = std::aligned_alloc(64, (v.nbytes + 63) / 64 * 64);
+        if (!buf)
+            throw Error("out of memory regrouping tensor '" + v.name + "' (" +
+                        std::to_string(v.nbytes >> 20) + " MiB)");
+        owned_.emplace_back(static_cast<uint8_t*>(buf));
+        tensor::interleave_rows(v.type, v.data, v.ne[0], v.n_rows(), buf);
+        file.release(v.data, v.nbytes);
+        v.data = buf;
+        v.layout = tensor::TensorView::Layout::Rows16;
+        done += v.nbytes;
+    }
+    return done;
 }
 
 }  // namespace minfer::model

@@ -62,4 +62,13 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     return *this;
 }
 
+void MappedFile::release(const void* p, size_t n) const {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<uintptr_t>(p), end = begin + n;
+    const auto lo = (begin + page - 1) / page * page, hi = end / page * page;
+    const auto base = reinterpret_cast<uintptr_t>(data_);
+    if (!data_ || lo >= hi || lo < base || hi > base + size_) return;
+    ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // advice: failure is harmless
+}
+
 }  // namespace minfer

@@ -23,6 +23,10 @@ class MappedFile {
     const uint8_t* data() const { return data_; }
     size_t size() const { return size_; }
     const std::string& path() const { return path_; }
+    // Drops the whole pages inside [p, p + n) from this process's resident
+    // memory (a copy of those bytes took their place); reading them again
+    // would fault them back in from the file.
+    void release(const void* p, size_t n) const;
 
   private:
     std::string path_;

@@ -117,9 +117,8 @@ constexpr int64_t kMaxRows = kAttnMaxRows;
 // out[r] = sum_j p[j][r] * v_j for the rows of one vector block, R rows at a
 // time in registers (NV vectors each).
 template <int NV>
-MINFER_AVX512 void attn_pv(const float* p, int64_t p_stride, int64_t rows,
-                           const int32_t* n_kv_row, const float* v, int64_t v_row,
-                           float* const* out) {
+MINFER_AVX512 void attn_pv(const float* p, int64_t p_stride, int64_t rows, const int32_t* n_kv_row,
+                           const float* v, int64_t v_row, float* const* out) {
     constexpr int R = NV >= 16 ? 1 : 16 / NV > 4 ? 4 : 16 / NV;
     for (int64_t r0 = 0; r0 < rows; r0 += R) {
         const int nr = static_cast<int>(std::min<int64_t>(R, rows - r0));
@@ -171,7 +170,8 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
             float x = 0.0f;
             if (r < rows) {
                 x = a.q[(r / a.group) * a.q_stride + (r % a.group) * hd + d];
-                if (a.f16) x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                if (a.f16)
+                    x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
             }
             qt[((r / 16) * hd + d) * 16 + r % 16] = x;
         }
@@ -186,10 +186,10 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
         for (int64_t j = 0; j < n_kv_pad; ++j)
             for (int64_t d = 0; d < hd; d += 16) {
                 const bool in = j < n_kv_max;
-                _mm512_storeu_ps(kf + j * hd + d, in ? load16(true, k16, j * a.kv_row + d)
-                                                     : _mm512_setzero_ps());
-                _mm512_storeu_ps(vf + j * hd + d, in ? load16(true, v16, j * a.kv_row + d)
-                                                     : _mm512_setzero_ps());
+                _mm512_storeu_ps(kf + j * hd + d,
+                                 in ? load16(true, k16, j * a.kv_row + d) : _mm512_setzero_ps());
+                _mm512_storeu_ps(vf + j * hd + d,
+                                 in ? load16(true, v16, j * a.kv_row + d) : _mm512_setzero_ps());
             }
         kr = kf;
         vr = vf;
@@ -239,9 +239,9 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
             sum_hi = _mm512_add_pd(sum_hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(part, 1)));
         }
         const __m512d one = _mm512_set1_pd(1.0);
-        const __m512 inv = _mm512_insertf32x8(
-            _mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_div_pd(one, sum_lo))),
-            _mm512_cvtpd_ps(_mm512_div_pd(one, sum_hi)), 1);
+        const __m512 inv =
+            _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_div_pd(one, sum_lo))),
+                               _mm512_cvtpd_ps(_mm512_div_pd(one, sum_hi)), 1);
         for (int64_t j = 0; j < n_kv_max; ++j) {
             float* sj = st + j * st_stride + rv * 16;
             __m512 p = _mm512_mul_ps(_mm512_loadu_ps(sj), inv);

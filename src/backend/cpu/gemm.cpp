@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "tensor/blocks.h"
+#include "tensor/interleave.h"
 #include "util/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -270,12 +271,19 @@ MINFER_VNNI inline void transpose16x16(__m512i r[16]) {
 
 // Rows [r0, r1) (at most 16) of w into a panel; lanes past r1 - r0 are zero.
 // rows is scratch for 16 rows in the common form of unpack_row.
-MINFER_VNNI void fill_panel(DType t, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t G,
-                            int64_t r0, int64_t r1, const Panel& p, const RowsForm& rows) {
+// An interleaved w has each row taken out to `gguf_row` first.
+MINFER_VNNI void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t w_row_bytes,
+                            int64_t K, int64_t G, int64_t r0, int64_t r1, const Panel& p,
+                            const RowsForm& rows, uint8_t* gguf_row) {
     const int64_t ng = K / G, n = r1 - r0;
-    for (int64_t l = 0; l < n; ++l)
-        unpack_row(t, w + static_cast<size_t>(r0 + l) * w_row_bytes, K, rows.v + l * K,
-                   rows.s + l * (K / kGroup), rows.m + l * (K / kGroup));
+    for (int64_t l = 0; l < n; ++l) {
+        const uint8_t* src = w + static_cast<size_t>(r0 + l) * w_row_bytes;
+        if (interleaved) {
+            deinterleave_row(t, w, K, r0 + l, gguf_row);
+            src = gguf_row;
+        }
+        unpack_row(t, src, K, rows.v + l * K, rows.s + l * (K / kGroup), rows.m + l * (K / kGroup));
+    }
     // Values: 16 quads of each row at a time, transposed into 16 vectors of
     // one quad of every row.
     for (int64_t q0 = 0; q0 < K / 4; q0 += 16) {
@@ -292,8 +300,8 @@ MINFER_VNNI void fill_panel(DType t, const uint8_t* w, size_t w_row_bytes, int64
         __m512i sum = _mm512_setzero_si512();
         for (int64_t q = g * G / 4; q < (g + 1) * G / 4; ++q)
             sum = _mm512_dpbusd_epi32(sum, ones, _mm512_loadu_si512(p.v + q * 64));
-        _mm512_storeu_si512(p.c + 16 * g, _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                            _mm512_slli_epi32(sum, 7)));
+        _mm512_storeu_si512(p.c + 16 * g,
+                            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
         for (int64_t l = 0; l < 16; ++l)
             p.s[g * 16 + l] = l < n ? rows.s[l * (K / kGroup) + g * G / kGroup] : 0.0f;
     }
@@ -311,8 +319,8 @@ MINFER_VNNI void fill_panel(DType t, const uint8_t* w, size_t w_row_bytes, int64
 // here for 16 rows at once). An activation row in the GEMM form is q ^ 0x80
 // [K], its scale per 16 [K/16], and (Q8_K) the sum of q per 32 [K/32].
 template <int R, int T>
-MINFER_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act_stride,
-                       int64_t t, float* out, int64_t out_stride, __mmask16 last_lanes) {
+MINFER_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act_stride, int64_t t,
+                       float* out, int64_t out_stride, __mmask16 last_lanes) {
     const uint8_t* av[T];
     const float* ad[T];
     for (int j = 0; j < T; ++j) {
@@ -405,8 +413,8 @@ MINFER_VNNI void micro_k(const Panel* p, int64_t K, const uint8_t* act, size_t a
                 for (int i = 0; i < R; ++i) {
                     const __m512 o = _mm512_loadu_ps(p[i].o + 16 * g);
                     for (int j = 0; j < T; ++j)
-                        blk[i][j] = _mm512_fmadd_ps(o, _mm512_set1_ps(ad[j][K / kGroup + g]),
-                                                    blk[i][j]);
+                        blk[i][j] =
+                            _mm512_fmadd_ps(o, _mm512_set1_ps(ad[j][K / kGroup + g]), blk[i][j]);
                 }
             }
         }
@@ -506,14 +514,16 @@ int64_t gemm_tile_rows() {
 }
 
 size_t gemm_scratch_bytes(int64_t K) {
-    // kMR panels (at the smaller group, the larger size) and 16 rows in the common form
+    // kMR panels (at the smaller group, the larger size), 16 rows in the
+    // common form and one GGUF row (< 2 bytes per element for the types here)
     return static_cast<size_t>(kMR) * panel_bytes(K, 16) +
-           16 * (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup));
+           16 * (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup)) +
+           2 * static_cast<size_t>(K);
 }
 
-void gemm_rows(DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t r0, int64_t r1,
-               const uint8_t* act, size_t act_stride, int64_t n_tokens, float* out,
-               int64_t out_stride, void* scratch) {
+void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_bytes, int64_t K,
+               int64_t r0, int64_t r1, const uint8_t* act, size_t act_stride, int64_t n_tokens,
+               float* out, int64_t out_stride, void* scratch) {
 #ifdef MINFER_GEMM_X86
     const int64_t n = r1 - r0;
     MINFER_ASSERT(n >= 1 && n <= 16 * kMR);
@@ -523,14 +533,16 @@ void gemm_rows(DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int
     auto* base = static_cast<uint8_t*>(scratch);
     for (int i = 0; i < kMR; ++i) p[i] = panel_at(base + i * panel_bytes(K, 16), K, G);
     RowsForm rows = rows_form(base + kMR * panel_bytes(K, 16), K, 16);
+    auto* gguf_row = reinterpret_cast<uint8_t*>(rows.m + 16 * (K / kGroup));
+    MINFER_ASSERT(w_row_bytes <= static_cast<size_t>(2 * K));
     for (int i = 0; i < R; ++i)
-        fill_panel(wtype, w, w_row_bytes, K, G, r0 + 16 * i, std::min(r1, r0 + 16 * i + 16), p[i],
-                   rows);
+        fill_panel(wtype, interleaved, w, w_row_bytes, K, G, r0 + 16 * i,
+                   std::min(r1, r0 + 16 * i + 16), p[i], rows, gguf_row);
     const int last = static_cast<int>(n - 16 * (R - 1));
     const auto lanes = static_cast<__mmask16>((1u << last) - 1u);
     const bool kq = wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K;
-    const auto& tab = !kq              ? kMicro
-                      : G == 16        ? kMicroK<16, false>
+    const auto& tab = !kq               ? kMicro
+                      : G == 16         ? kMicroK<16, false>
                       : has_mins(wtype) ? kMicroK<32, true>
                                         : kMicroK<32, false>;
     for (int64_t t = 0; t < n_tokens; t += kMT) {
@@ -538,8 +550,8 @@ void gemm_rows(DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int
         tab[R - 1][T - 1](p, K, act, act_stride, t, out, out_stride, lanes);
     }
 #else
-    (void)wtype, (void)w, (void)w_row_bytes, (void)K, (void)r0, (void)r1, (void)act,
-        (void)act_stride, (void)n_tokens, (void)out, (void)out_stride, (void)scratch;
+    (void)wtype, (void)interleaved, (void)w, (void)w_row_bytes, (void)K, (void)r0, (void)r1,
+        (void)act, (void)act_stride, (void)n_tokens, (void)out, (void)out_stride, (void)scratch;
     MINFER_ASSERT_MSG(false, "gemm_rows without AVX-512 VNNI");
 #endif
 }

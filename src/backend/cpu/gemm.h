@@ -31,9 +31,9 @@ int64_t gemm_tile_rows();
 // Bytes of per-thread scratch gemm_rows needs for rows of K.
 size_t gemm_scratch_bytes(int64_t K);
 // out[t * out_stride + r - r0] = dot(weight row r, token t) for rows
-// [r0, r1) (at most gemm_tile_rows()) of w (row stride w_row_bytes) and tokens [0, n_tokens), whose
+// [r0, r1) (at most gemm_tile_rows()) of w (interleaved: tensor/interleave.h) (row stride w_row_bytes) and tokens [0, n_tokens), whose
 // GEMM-form rows are act + t * act_stride.
-void gemm_rows(tensor::DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t r0,
+void gemm_rows(tensor::DType wtype, bool interleaved, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t r0,
                int64_t r1, const uint8_t* act, size_t act_stride, int64_t n_tokens, float* out,
                int64_t out_stride, void* scratch);
 

@@ -5,6 +5,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
+#include "tensor/interleave.h"
 #include "util/error.h"
 
 namespace minfer::cpu {
@@ -35,8 +36,10 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
         int64_t row_begin;  // in the concatenated rows
         int64_t out_col;
         VecDotFn dot;
-        int act;              // index into act_types
-        const uint8_t* data;  // row 0 (hoisted: TensorView::row looks the type up)
+        bool interleaved;      // tensor/interleave.h layout
+        GroupDotFn group_dot;  // for interleaved weights, or nullptr
+        int act;               // index into act_types
+        const uint8_t* data;   // row 0 (hoisted: TensorView::row looks the type up)
         size_t row_bytes;
     };
     PartInfo info[kMaxParts];
@@ -63,6 +66,8 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
                    M,
                    parts[p].out_col,
                    vec_dot_fn(w->type),
+                   w->layout == tensor::TensorView::Layout::Rows16,
+                   group_dot_fn(w->type),
                    a,
                    static_cast<const uint8_t*>(w->data),
                    w->row_bytes()};
@@ -126,10 +131,10 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
                     const int64_t b0 = std::max(r0, pi.row_begin);
                     const int64_t b1 = std::min(r1, pi.row_begin + pi.w->ne[1]);
                     if (b0 >= b1) continue;
-                    gemm_rows(pi.w->type, pi.data, pi.row_bytes, K, b0 - pi.row_begin,
-                              b1 - pi.row_begin, act + gemm_offset[pi.act], gemm_row[pi.act],
-                              n_tokens, out + pi.out_col + (b0 - pi.row_begin), out_stride,
-                              scratch);
+                    gemm_rows(pi.w->type, pi.interleaved, pi.data, pi.row_bytes, K,
+                              b0 - pi.row_begin, b1 - pi.row_begin, act + gemm_offset[pi.act],
+                              gemm_row[pi.act], n_tokens, out + pi.out_col + (b0 - pi.row_begin),
+                              out_stride, scratch);
                 }
             }
         };
@@ -175,16 +180,41 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
         }
         MINFER_ASSERT(row == M);
     }
-    auto dot_rows = [&](int64_t r0, int64_t r1) {
+    auto dot_rows = [&](int ith, int64_t r0, int64_t r1) {
         int p = 0;
         for (int64_t r = r0; r < r1; ++r) {
             while (p + 1 < n_parts && r >= info[p + 1].row_begin) ++p;
             const PartInfo& pi = info[p];
             const int64_t m = r - pi.row_begin;
-            const uint8_t* wrow = pi.data + static_cast<size_t>(m) * pi.row_bytes;
             const uint8_t* arow = act + act_offset[pi.act];
             const size_t abytes = act_row_bytes[pi.act];
             float* o = out + pi.out_col + m;
+            if (pi.interleaved) {
+                // The claim's rows of one group of 16 (all of it, normally).
+                const int64_t l0 = m % tensor::kInterleaveRows;
+                const int64_t n_here = std::min(tensor::kInterleaveRows - l0, r1 - r);
+                const uint8_t* group = pi.data + static_cast<size_t>(m - l0) * pi.row_bytes;
+                for (int64_t t = 0; t < n_tokens; ++t) {
+                    const uint8_t* a = arow + static_cast<size_t>(t) * abytes;
+                    float* ot = o + t * out_stride;
+                    if (pi.group_dot && n_here == tensor::kInterleaveRows) {
+                        pi.group_dot(K, group, a, ot);
+                    } else if (pi.group_dot) {
+                        float all[tensor::kInterleaveRows];
+                        pi.group_dot(K, group, a, all);
+                        std::copy(all + l0, all + l0 + n_here, ot);
+                    } else {
+                        auto* row = static_cast<uint8_t*>(pool.scratch(ith, pi.row_bytes));
+                        for (int64_t j = 0; j < n_here; ++j) {
+                            tensor::deinterleave_row(pi.w->type, pi.data, K, m + j, row);
+                            ot[j] = pi.dot(K, row, a);
+                        }
+                    }
+                }
+                r += n_here - 1;
+                continue;
+            }
+            const uint8_t* wrow = pi.data + static_cast<size_t>(m) * pi.row_bytes;
             // the row stays in L1 while every token reads it
             for (int64_t t = 0; t < n_tokens; ++t)
                 o[t * out_stride] = pi.dot(K, wrow, arow + static_cast<size_t>(t) * abytes);
@@ -207,12 +237,12 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
             if (rg.span.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return true;
         }
     };
-    pool.run_chunks(n_ranges, [&](int, int64_t c) {
+    pool.run_chunks(n_ranges, [&](int ith, int64_t c) {
         int64_t r0 = 0, r1 = 0;
-        while (claim(ranges[c], true, r0, r1)) dot_rows(r0, r1);
+        while (claim(ranges[c], true, r0, r1)) dot_rows(ith, r0, r1);
         for (int k = 1; k < n_ranges; ++k) {
             Range& other = ranges[(c + k) % n_ranges];
-            while (claim(other, false, r0, r1)) dot_rows(r0, r1);
+            while (claim(other, false, r0, r1)) dot_rows(ith, r0, r1);
         }
     });
 }

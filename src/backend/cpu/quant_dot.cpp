@@ -577,6 +577,134 @@ MINFER_VNNI512 float dot_q6_K_vnni512(int64_t n, const void* vw, const void* va)
     return _mm512_reduce_add_ps(acc);
 }
 
+// Q5_0 x Q8_0 for an interleaved group of 16 rows (AVX-512 VNNI + BITALG;
+// tensor/interleave.h: per block the 16 f16 scales, the 16 qh dwords, then
+// 4 vectors of one qs dword per row: dword i holds elements 4i..4i+3 in its
+// low nibbles and 16+4i.. in its high). vpshufbitqmb picks each byte's 5th
+// bit out of its lane's qh as a mask; vpdpbusd multiplies the unsigned q5
+// by the activation quad broadcast to every lane, starting from -16 *
+// sum(a): exact int32 sums of (q5 - 16) * a per row, then d_w * d_a in
+// float as ggml.
+#define MINFER_VNNI512_BITALG                                                 \
+    __attribute__((                                                           \
+        target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni," \
+               "avx512bitalg")))
+MINFER_VNNI512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void* va, float* out) {
+    const auto* blk = static_cast<const uint8_t*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    const __m512i m4 = _mm512_set1_epi8(0xF), b16 = _mm512_set1_epi8(0x10);
+    // Selectors: byte k of each dword of quad i takes bit 4i + k of its qh
+    // (low nibbles) or bit 16 + 4i + k (high); a qword holds two dwords (+32).
+    __m512i sel_lo[4], sel_hi[4];
+    for (int i = 0; i < 4; ++i) {
+        uint64_t lo = 0, hi = 0;
+        for (int k = 0; k < 4; ++k) {
+            lo |= uint64_t(4 * i + k) << (8 * k) | uint64_t(32 + 4 * i + k) << (8 * k + 32);
+            hi |= uint64_t(16 + 4 * i + k) << (8 * k) | uint64_t(48 + 4 * i + k) << (8 * k + 32);
+        }
+        sel_lo[i] = _mm512_set1_epi64(static_cast<long long>(lo));
+        sel_hi[i] = _mm512_set1_epi64(static_cast<long long>(hi));
+    }
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n / QK5_0; ++b, blk += 16 * sizeof(block_q5_0)) {
+        const __m512 dw =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+        const __m512i qh = _mm512_loadu_si512(blk + 32);
+        // sum(a) from the activation bytes: sad of a ^ 0x80 sums a + 128 per 8
+        const __m256i ya = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
+        const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(ya, _mm256_set1_epi8(char(0x80))),
+                                            _mm256_setzero_si256());
+        const __m128i s2 =
+            _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+        const int32_t asum =
+            static_cast<int32_t>(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 128 * 32;
+        __m512i isum = _mm512_set1_epi32(-16 * asum);
+        int32_t aq[8];
+        std::memcpy(aq, y[b].qs, 32);
+        for (int i = 0; i < 4; ++i) {
+            const __m512i q = _mm512_loadu_si512(blk + 96 + 64 * i);
+            __m512i lo = _mm512_and_si512(q, m4);
+            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            lo = _mm512_mask_add_epi8(lo, _mm512_bitshuffle_epi64_mask(qh, sel_lo[i]), lo, b16);
+            hi = _mm512_mask_add_epi8(hi, _mm512_bitshuffle_epi64_mask(qh, sel_hi[i]), hi, b16);
+            isum = _mm512_dpbusd_epi32(isum, lo, _mm512_set1_epi32(aq[i]));
+            isum = _mm512_dpbusd_epi32(isum, hi, _mm512_set1_epi32(aq[4 + i]));
+        }
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(y[b].d))),
+                              _mm512_cvtepi32_ps(isum), acc);
+    }
+    _mm512_storeu_ps(out, acc);
+}
+
+// Q4_K x Q8_K for an interleaved group of 16 rows. Per super-block: the 16
+// rows' d and dmin (f16), their 12 scale bytes as 3 dword vectors (unpacked
+// as q4k_scales_mins does, lane-wise), then 32 vectors of one qs dword per
+// row: dword 8c + k holds elements 64c + 4k.. (sub-block 2c) in its low
+// nibbles and 64c + 32 + 4k.. (sub-block 2c + 1) in its high. Integer sums
+// per sub-block times its scale, the mins times the activation's pair sums
+// of bsums, all exact in int32 lanes; then d and dmin in float.
+MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, float* out) {
+    const auto* blk = static_cast<const uint8_t*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    const __m512i m4 = _mm512_set1_epi8(0xF), low6 = _mm512_set1_epi8(0x3F),
+                  top2 = _mm512_set1_epi8(0x03), byte = _mm512_set1_epi32(0xFF);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i, blk += 16 * sizeof(block_q4_K)) {
+        const __m512i u0 = _mm512_loadu_si512(blk + 64), u1 = _mm512_loadu_si512(blk + 128),
+                      u2 = _mm512_loadu_si512(blk + 192);
+        // bytes of each lane: scales 0-3, 4-7; mins 0-3, 4-7
+        const __m512i sc03 = _mm512_and_si512(u0, low6);
+        const __m512i mn03 = _mm512_and_si512(u1, low6);
+        const __m512i sc47 =
+            _mm512_or_si512(_mm512_and_si512(u2, m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), top2), 4));
+        const __m512i mn47 =
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), top2), 4));
+        __m512i sum = _mm512_setzero_si512(), mins = _mm512_setzero_si512();
+        const uint8_t* qs = blk + 256;
+        for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c, 2c + 1
+            __m512i s_lo = _mm512_setzero_si512(), s_hi = _mm512_setzero_si512();
+            const int8_t* a = y[i].qs + 64 * c;
+            for (int k = 0; k < 8; ++k) {
+                const __m512i q = _mm512_loadu_si512(qs + 64 * (8 * c + k));
+                int32_t a_lo, a_hi;
+                std::memcpy(&a_lo, a + 4 * k, 4);
+                std::memcpy(&a_hi, a + 32 + 4 * k, 4);
+                s_lo = _mm512_dpbusd_epi32(s_lo, _mm512_and_si512(q, m4), _mm512_set1_epi32(a_lo));
+                s_hi = _mm512_dpbusd_epi32(s_hi, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                                           _mm512_set1_epi32(a_hi));
+            }
+            const int j0 = 2 * c, j1 = 2 * c + 1;  // sub-blocks; their scale bytes:
+            const __m512i& sv0 = j0 < 4 ? sc03 : sc47;
+            const __m512i& mv0 = j0 < 4 ? mn03 : mn47;
+            const __m512i sc0 = _mm512_and_si512(_mm512_srli_epi32(sv0, 8 * (j0 % 4)), byte);
+            const __m512i sc1 = _mm512_and_si512(_mm512_srli_epi32(sv0, 8 * (j1 % 4)), byte);
+            const __m512i mn0 = _mm512_and_si512(_mm512_srli_epi32(mv0, 8 * (j0 % 4)), byte);
+            const __m512i mn1 = _mm512_and_si512(_mm512_srli_epi32(mv0, 8 * (j1 % 4)), byte);
+            sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(s_lo, sc0));
+            sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(s_hi, sc1));
+            // mins * (bsum[2j] + bsum[2j+1]) as one vpdpwssd: word pairs
+            // (min_j0, min_j1) x (bsum pair j0, bsum pair j1)
+            const int32_t b0 = y[i].bsums[2 * j0] + y[i].bsums[2 * j0 + 1];
+            const int32_t b1 = y[i].bsums[2 * j1] + y[i].bsums[2 * j1 + 1];
+            const __m512i mpair = _mm512_or_si512(mn0, _mm512_slli_epi32(mn1, 16));
+            mins = _mm512_dpwssd_epi32(
+                mins, mpair,
+                _mm512_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(b0) & 0xFFFF) |
+                                                       (static_cast<uint32_t>(b1) << 16))));
+        }
+        const __m512 da = _mm512_set1_ps(y[i].d);
+        const __m512 d = _mm512_mul_ps(
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))), da);
+        const __m512 dmin = _mm512_mul_ps(
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32))), da);
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc);
+        acc = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mins), acc);
+    }
+    _mm512_storeu_ps(out, acc);
+}
+
 MINFER_VNNI256 float dot_q5_0_vnni(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q5_0*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
@@ -844,7 +972,8 @@ MINFER_CLONES void quantize_q8_K_row(const float* x, block_q8_K* y, int64_t n) {
         int first = 0;
         while (std::fabs(x[first]) != amax) ++first;
         const float iscale = -127.f / x[first];
-        for (int j = 0; j < QK_K; ++j) y[ib].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
+        for (int j = 0; j < QK_K; ++j)
+            y[ib].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
         for (int g = 0; g < QK_K / 16; ++g) {
             int sum = 0;
             for (int j = 0; j < 16; ++j) sum += y[ib].qs[16 * g + j];
@@ -900,6 +1029,18 @@ void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
         default:
             MINFER_ASSERT_MSG(false, "not an activation type");
     }
+}
+
+GroupDotFn group_dot_fn(DType w) {
+#ifdef MINFER_X86_SIMD
+    static const bool bitalg = has_vnni256() && __builtin_cpu_supports("avx512dq") &&
+                               __builtin_cpu_supports("avx512bitalg");
+    if (w == DType::Q5_0 && bitalg) return group_dot_q5_0;
+    if (w == DType::Q4_K && has_vnni256() && __builtin_cpu_supports("avx512dq"))
+        return group_dot_q4_K;
+#endif
+    (void)w;
+    return nullptr;
 }
 
 VecDotFn vec_dot_fn(DType w) {

@@ -30,6 +30,14 @@ using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
 // (not weight types).
 VecDotFn vec_dot_fn(tensor::DType weight);
 
+// out[l] = dot(row l, activation row) for the 16 rows of one interleaved
+// group (tensor/interleave.h) at `group`: one row per vector lane, so block
+// scales and high bits are handled once for all 16.
+using GroupDotFn = void (*)(int64_t n, const void* group, const void* a, float* out);
+// The implementation for an interleaved weight type on this CPU, or nullptr
+// (the caller then de-interleaves rows for vec_dot_fn).
+GroupDotFn group_dot_fn(tensor::DType weight);
+
 // Plain f32 dot product with float accumulation in 16 lanes (ggml's
 // ggml_vec_dot_f32 sums in float SIMD registers too).
 float dot_f32(const float* a, const float* b, int64_t n);
