@@ -15,6 +15,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec_ops.h"
 #include "tensor/dtype.h"
+#include "tensor/interleave.h"
 #include "tensor/quants.h"
 
 using namespace minfer;
@@ -53,12 +54,21 @@ Fixture make(DType t, int64_t K, int64_t M, int64_t n) {
     return f;
 }
 
-void BM_MatMul(benchmark::State& state, DType t, int64_t n) {
+void BM_MatMul(benchmark::State& state, DType t, int64_t n, bool interleaved, bool output) {
     // 896 is not a multiple of 256, so (as in llama.cpp's Q4_K_M files) the
     // 256-block types get the FFN-down shape 4864 -> 896: same weight bytes.
+    // output: Qwen3-0.6B's output matrix (1024 -> 151936, ~130 MB: from DRAM).
     const bool k_block = tensor::traits(t).block_size == 256;
-    const int64_t K = k_block ? 4864 : 896, M = k_block ? 896 : 4864;
+    const int64_t K = output ? 1024 : k_block ? 4864 : 896,
+                  M = output ? 151936 : k_block ? 896 : 4864;
     Fixture f = make(t, K, M, n);
+    std::vector<uint8_t> regrouped;
+    if (interleaved) {  // as Model::interleave_weights leaves it
+        regrouped.resize(f.bytes.size());
+        tensor::interleave_rows(t, f.bytes.data(), K, M, regrouped.data());
+        f.view.data = regrouped.data();
+        f.view.layout = tensor::TensorView::Layout::Rows16;
+    }
     ThreadPool pool(bench_threads());
     cpu::MatMulPart part{&f.view, 0};
     for (auto _ : state) {
@@ -82,11 +92,12 @@ void register_all() {
                            DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
     for (DType t : types) {
         const std::string name(tensor::dtype_name(t));
-        benchmark::RegisterBenchmark(("MatMul/decode/" + name).c_str(), BM_MatMul, t, int64_t{1})
+        benchmark::RegisterBenchmark(("MatMul/decode/" + name).c_str(), BM_MatMul, t, int64_t{1},
+                                     false, false)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
         benchmark::RegisterBenchmark(("MatMul/prefill64/" + name).c_str(), BM_MatMul, t,
-                                     int64_t{64})
+                                     int64_t{64}, false, false)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
     }
@@ -95,7 +106,27 @@ void register_all() {
     for (DType t : {DType::Q8_0, DType::Q5_0, DType::Q4_K, DType::Q6_K}) {
         const std::string name(tensor::dtype_name(t));
         benchmark::RegisterBenchmark(("MatMul/prefill512/" + name).c_str(), BM_MatMul, t,
-                                     int64_t{512})
+                                     int64_t{512}, false, false)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+    }
+    for (bool il : {false, true})
+        for (DType t : {DType::Q8_0, DType::Q6_K})
+            benchmark::RegisterBenchmark(("MatMul/output" + std::string(il ? "16/" : "/") +
+                                          std::string(tensor::dtype_name(t)))
+                                             .c_str(),
+                                         BM_MatMul, t, int64_t{1}, il, true)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+    // The interleaved layout (tensor/interleave.h) of the types that have one.
+    for (DType t : {DType::Q8_0, DType::Q5_0, DType::Q4_K, DType::Q6_K}) {
+        const std::string name(tensor::dtype_name(t));
+        benchmark::RegisterBenchmark(("MatMul/decode16/" + name).c_str(), BM_MatMul, t,
+                                     int64_t{1}, true, false)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
+        benchmark::RegisterBenchmark(("MatMul/prefill512x16/" + name).c_str(), BM_MatMul, t,
+                                     int64_t{512}, true, false)
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
     }

@@ -14,7 +14,11 @@
 
 using namespace minfer;
 
-TEST(SharedParity, KjvTinyGreedyTokensMatchLlamaCpp) {
+class SharedParity : public ::testing::TestWithParam<bool> {};
+
+// Param: with the matmul weights interleaved (the CLI's default) or in the
+// file's layout.
+TEST_P(SharedParity, KjvTinyGreedyTokensMatchLlamaCpp) {
     const std::string ref = std::string(MINFER_SHARED_DIR) + "/ref/kjv-tiny-greedy.json";
     const std::string model_path = std::string(MINFER_SHARED_DIR) + "/models/kjv-tiny-q8_0.gguf";
     if (!std::filesystem::exists(ref) || !std::filesystem::exists(model_path))
@@ -22,6 +26,9 @@ TEST(SharedParity, KjvTinyGreedyTokensMatchLlamaCpp) {
     nlohmann::json j;
     std::ifstream(ref) >> j;
     model::Model m = model::Model::load(model_path);
+    if (GetParam()) {
+        EXPECT_GT(m.interleave_weights(), 0u);
+    }
     tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(m.file);
     const std::vector<int32_t> prompt = tok.encode(j["prompt"].get<std::string>());
     EXPECT_EQ(prompt, j["prompt_ids"].get<std::vector<int32_t>>());
@@ -40,3 +47,6 @@ TEST(SharedParity, KjvTinyGreedyTokensMatchLlamaCpp) {
     // tokens; the tokens' own text is its prefix.
     EXPECT_EQ(j["text"].get<std::string>().rfind(tok.decode(generated), 0), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, SharedParity, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Interleaved" : "FileLayout"; });

@@ -188,7 +188,9 @@ size_t Model::interleave_weights() {
     for (const LayerWeights& L : layers)
         for (const tensor::TensorView* w : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down})
             targets.push_back(w);
-    if (!tied_output) targets.push_back(output);
+    // the output matmul reads every row of it each token; the embedding
+    // lookup takes single rows back out (GetRows handles both layouts)
+    targets.push_back(output);
     size_t done = 0;
     for (tensor::TensorView& v : views_) {
         if (v.layout != tensor::TensorView::Layout::Rows ||

@@ -77,12 +77,11 @@ struct Model {
     static Model load(const std::string& path);
     static Model from_file(gguf::File file);
 
-    // Regroups the weights only matmuls read (the layers' projections, an
-    // untied output) into the interleaved layout of tensor/interleave.h
-    // where their type has one, in buffers the model owns, and drops their
-    // pages of the mapped file: the same bytes resident, read faster by the
-    // CPU kernels. token_embd (also read by row) stays as it is. Returns
-    // the bytes regrouped.
+    // Regroups the matmul weights (the layers' projections and the output,
+    // tied to token_embd or not) into the interleaved layout of
+    // tensor/interleave.h where their type has one, in buffers the model
+    // owns, and drops their pages of the mapped file: the same bytes
+    // resident, read faster by the CPU kernels. Returns the bytes regrouped.
     size_t interleave_weights();
 
   private:

@@ -1,6 +1,7 @@
 #include "tensor/interleave.h"
 
 #include <cstring>
+#include <vector>
 
 #include "tensor/blocks.h"
 #include "util/error.h"
@@ -9,76 +10,128 @@ namespace minfer::tensor {
 
 namespace {
 
-// A block field: byte offset in the block, unit size, number of units.
-struct Field {
-    int offset, unit, count;
-};
-struct BlockFields {
-    int n = 0;
-    Field f[4];
+// One unit of a block: its byte offset in the GGUF block, its size (2 or 4
+// bytes), and whether its bytes are stored ^ 0x80 (int8 quants made
+// unsigned, the operand vpdpbusd takes unsigned). The interleaved block
+// stores unit after unit, each as 16 rows side by side, in the order the
+// kernel reads them, so it streams through memory front to back.
+struct Unit {
+    int offset, size;
+    bool flip;
 };
 
-// The fields of the types the kernels read interleaved (ggml's block
-// layouts, blocks.h).
-BlockFields fields_of(DType t) {
+void add(std::vector<Unit>& u, int offset, int size, int count, bool flip = false) {
+    for (int k = 0; k < count; ++k) u.push_back({offset + k * size, size, flip});
+}
+
+std::vector<Unit> make_units(DType t) {
+    std::vector<Unit> u;
     switch (t) {
         case DType::Q5_0:  // d | qh (4 bytes) | qs (16 bytes)
-            return {3, {{0, 2, 1}, {2, 4, 1}, {6, 4, 4}}};
+            add(u, 0, 2, 1);
+            add(u, 2, 4, 1);
+            add(u, 6, 4, 4);
+            break;
+        case DType::Q8_0:  // d | qs (32 bytes, stored ^ 0x80)
+            add(u, 0, 2, 1);
+            add(u, 2, 4, 8, true);
+            break;
         case DType::Q4_K:  // d | dmin | scales (12 bytes) | qs (128 bytes)
-            return {4, {{0, 2, 1}, {2, 2, 1}, {4, 4, 3}, {16, 4, 32}}};
+            add(u, 0, 2, 1);
+            add(u, 2, 2, 1);
+            add(u, 4, 4, 3);
+            add(u, 16, 4, 32);
+            break;
+        case DType::Q6_K:
+            // ql (128 bytes) | qh (64) | scales (16) | d: for half h and quad
+            // k, the kernel takes ql dwords 16h + k and 16h + 8 + k with qh
+            // dword 8h + k; then the scales, then d.
+            for (int h = 0; h < 2; ++h)
+                for (int k = 0; k < 8; ++k) {
+                    add(u, 64 * h + 4 * k, 4, 1);
+                    add(u, 64 * h + 32 + 4 * k, 4, 1);
+                    add(u, 128 + 32 * h + 4 * k, 4, 1);
+                }
+            add(u, 192, 4, 4);
+            add(u, 208, 2, 1);
+            break;
         default:
-            return {};
+            break;
+    }
+    return u;
+}
+
+const std::vector<Unit>& units_of(DType t) {
+    static const std::vector<Unit> q5_0 = make_units(DType::Q5_0), q8_0 = make_units(DType::Q8_0),
+                                   q4_k = make_units(DType::Q4_K), q6_k = make_units(DType::Q6_K),
+                                   none;
+    switch (t) {
+        case DType::Q5_0:
+            return q5_0;
+        case DType::Q8_0:
+            return q8_0;
+        case DType::Q4_K:
+            return q4_k;
+        case DType::Q6_K:
+            return q6_k;
+        default:
+            return none;
+    }
+}
+
+void copy_unit(uint8_t* to, const uint8_t* from, const Unit& u) {
+    if (u.size == 2) {
+        std::memcpy(to, from, 2);
+    } else {
+        uint32_t v;
+        std::memcpy(&v, from, 4);
+        if (u.flip) v ^= 0x80808080u;
+        std::memcpy(to, &v, 4);
     }
 }
 
 }  // namespace
 
 bool can_interleave(DType t, int64_t K, int64_t M) {
-    return fields_of(t).n > 0 && K > 0 && K % traits(t).block_size == 0 && M > 0 &&
+    return !units_of(t).empty() && K > 0 && K % traits(t).block_size == 0 && M > 0 &&
            M % kInterleaveRows == 0;
 }
 
 void interleave_rows(DType t, const void* src, int64_t K, int64_t M, void* dst) {
     MINFER_ASSERT(can_interleave(t, K, M));
-    const BlockFields bf = fields_of(t);
+    const std::vector<Unit>& units = units_of(t);
     const size_t bsz = traits(t).type_size, rb = row_size(t, K);
     const int64_t nb = K / traits(t).block_size;
     const auto* in = static_cast<const uint8_t*>(src);
     auto* out = static_cast<uint8_t*>(dst);
-    for (int64_t g = 0; g < M / kInterleaveRows; ++g)
+    for (int64_t g = 0; g < M / kInterleaveRows; ++g) {
+        const uint8_t* rows = in + static_cast<size_t>(g * kInterleaveRows) * rb;
         for (int64_t b = 0; b < nb; ++b)
-            for (int i = 0; i < bf.n; ++i) {
-                const Field& f = bf.f[i];
-                for (int k = 0; k < f.count; ++k)
-                    for (int64_t l = 0; l < kInterleaveRows; ++l) {
-                        const uint8_t* from = in +
-                                              static_cast<size_t>(g * kInterleaveRows + l) * rb +
-                                              static_cast<size_t>(b) * bsz + f.offset + k * f.unit;
-                        std::memcpy(out, from, static_cast<size_t>(f.unit));
-                        out += f.unit;
-                    }
-            }
+            for (const Unit& u : units)
+                for (int64_t l = 0; l < kInterleaveRows; ++l) {
+                    copy_unit(out,
+                              rows + static_cast<size_t>(l) * rb + static_cast<size_t>(b) * bsz +
+                                  u.offset,
+                              u);
+                    out += u.size;
+                }
+    }
 }
 
 void deinterleave_row(DType t, const void* data, int64_t K, int64_t r, void* row) {
-    const BlockFields bf = fields_of(t);
-    MINFER_ASSERT(bf.n > 0);
+    const std::vector<Unit>& units = units_of(t);
+    MINFER_ASSERT(!units.empty());
     const size_t bsz = traits(t).type_size, rb = row_size(t, K);
     const int64_t nb = K / traits(t).block_size, g = r / kInterleaveRows, l = r % kInterleaveRows;
-    const auto* in =
+    const uint8_t* in =
         static_cast<const uint8_t*>(data) + static_cast<size_t>(g * kInterleaveRows) * rb;
     auto* out = static_cast<uint8_t*>(row);
-    for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = in + static_cast<size_t>(b) * bsz * kInterleaveRows;
-        for (int i = 0; i < bf.n; ++i) {
-            const Field& f = bf.f[i];
-            for (int k = 0; k < f.count; ++k) {
-                std::memcpy(out + static_cast<size_t>(b) * bsz + f.offset + k * f.unit,
-                            blk + static_cast<size_t>(l) * f.unit, static_cast<size_t>(f.unit));
-                blk += kInterleaveRows * f.unit;
-            }
+    for (int64_t b = 0; b < nb; ++b)
+        for (const Unit& u : units) {
+            copy_unit(out + static_cast<size_t>(b) * bsz + u.offset,
+                      in + static_cast<size_t>(l) * u.size, u);
+            in += kInterleaveRows * u.size;
         }
-    }
 }
 
 }  // namespace minfer::tensor

@@ -4,7 +4,7 @@
 // by side, so one vector load gives the same piece of 16 rows with one row
 // per 32-bit lane (or 16-bit lane for the f16 scales): the kernels then
 // work on 16 rows at once with no shuffles and no horizontal sums. Same
-// bytes as the GGUF rows, in another order.
+// bytes as the GGUF rows, in another order (Q8_0's quants stored ^ 0x80).
 #pragma once
 
 #include <cstddef>

@@ -6,11 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/attn.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/vec_ops.h"
+#include "tensor/interleave.h"
 #include "util/error.h"
 
 namespace minfer::cpu {
@@ -112,9 +114,21 @@ void op_get_rows(const Node& node, const NodeData& data, ThreadPool& pool) {
                         ") of '" + table->name + "'");
     }
     auto* out = static_cast<float*>(data.out);
+    const bool interleaved = table->layout == TensorView::Layout::Rows16;
     parallel_ranges(pool, n, ne0, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i)
-            dequant_row(table->type, table->row(ids[i]), out + i * ne0, ne0);
+        // an interleaved table (tied embeddings regrouped for the output
+        // matmul) gives its rows back one at a time
+        std::vector<uint8_t> row(interleaved ? table->row_bytes() : 0);
+        for (int64_t i = i0; i < i1; ++i) {
+            const void* src = nullptr;
+            if (interleaved) {
+                tensor::deinterleave_row(table->type, table->data, ne0, ids[i], row.data());
+                src = row.data();
+            } else {
+                src = table->row(ids[i]);
+            }
+            dequant_row(table->type, src, out + i * ne0, ne0);
+        }
     });
 }
 

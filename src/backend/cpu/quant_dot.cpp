@@ -577,6 +577,16 @@ MINFER_VNNI512 float dot_q6_K_vnni512(int64_t n, const void* vw, const void* va)
     return _mm512_reduce_add_ps(acc);
 }
 
+// Sum of the 32 int8 values of an activation block (sad of a ^ 0x80 sums
+// a + 128 per 8 bytes).
+MINFER_VNNI512 inline int32_t sum_q8_32(const int8_t* qs) {
+    const __m256i ya = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+    const __m256i sad =
+        _mm256_sad_epu8(_mm256_xor_si256(ya, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
+    const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+    return static_cast<int32_t>(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 128 * 32;
+}
+
 // Q5_0 x Q8_0 for an interleaved group of 16 rows (AVX-512 VNNI + BITALG;
 // tensor/interleave.h: per block the 16 f16 scales, the 16 qh dwords, then
 // 4 vectors of one qs dword per row: dword i holds elements 4i..4i+3 in its
@@ -610,15 +620,7 @@ MINFER_VNNI512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void*
         const __m512 dw =
             _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
         const __m512i qh = _mm512_loadu_si512(blk + 32);
-        // sum(a) from the activation bytes: sad of a ^ 0x80 sums a + 128 per 8
-        const __m256i ya = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[b].qs));
-        const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(ya, _mm256_set1_epi8(char(0x80))),
-                                            _mm256_setzero_si256());
-        const __m128i s2 =
-            _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-        const int32_t asum =
-            static_cast<int32_t>(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 128 * 32;
-        __m512i isum = _mm512_set1_epi32(-16 * asum);
+        __m512i isum = _mm512_set1_epi32(-16 * sum_q8_32(y[b].qs));
         int32_t aq[8];
         std::memcpy(aq, y[b].qs, 32);
         for (int i = 0; i < 4; ++i) {
@@ -701,6 +703,90 @@ MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, fl
             _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32))), da);
         acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc);
         acc = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mins), acc);
+    }
+    _mm512_storeu_ps(out, acc);
+}
+
+// Q8_0 x Q8_0 for an interleaved group of 16 rows: per block the 16 f16
+// scales, then 8 vectors of one qs dword per row, stored ^ 0x80 (q + 128,
+// unsigned for vpdpbusd); the sums start at -128 * sum(a), so they end
+// exact: sum of q * a per row.
+MINFER_VNNI512 void group_dot_q8_0(int64_t n, const void* vw, const void* va, float* out) {
+    const auto* blk = static_cast<const uint8_t*>(vw);
+    const auto* y = static_cast<const block_q8_0*>(va);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n / QK8_0; ++b, blk += 16 * sizeof(block_q8_0)) {
+        __m512i isum = _mm512_set1_epi32(-128 * sum_q8_32(y[b].qs));
+        int32_t aq[8];
+        std::memcpy(aq, y[b].qs, 32);
+        for (int q = 0; q < 8; ++q)
+            isum = _mm512_dpbusd_epi32(isum, _mm512_loadu_si512(blk + 32 + 64 * q),
+                                       _mm512_set1_epi32(aq[q]));
+        const __m512 dw =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(y[b].d))),
+                              _mm512_cvtepi32_ps(isum), acc);
+    }
+    _mm512_storeu_ps(out, acc);
+}
+
+// Q6_K x Q8_K for an interleaved group of 16 rows. Per super-block, for
+// half h and quad k (ggml's layout), three vectors of one dword per row:
+// ql dwords 16h + k and 16h + 8 + k and qh dword 8h + k, which give the
+// quads of elements 128h + 4k, +32, +64, +96 (low nibbles, low nibbles,
+// high, high; qh bits 0-1, 2-3, 4-5, 6-7); then 4 vectors of the int8
+// scales and the 16 f16 d. Each 16-element group sums unsigned q * a from
+// -32 * bsum (so (q - 32) * a exactly), times its scale, in int32 lanes.
+MINFER_VNNI512 void group_dot_q6_K(int64_t n, const void* vw, const void* va, float* out) {
+    const auto* blk = static_cast<const uint8_t*>(vw);
+    const auto* y = static_cast<const block_q8_K*>(va);
+    const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; ++i, blk += 16 * sizeof(block_q6_K)) {
+        const uint8_t* sc = blk + 3072;
+        __m512i sum = _mm512_setzero_si512();
+        for (int h = 0; h < 2; ++h)
+            for (int kk = 0; kk < 2; ++kk) {
+                // groups 8h + kk + {0, 2, 4, 6}
+                __m512i g[4];
+                for (int u = 0; u < 4; ++u)
+                    g[u] = _mm512_set1_epi32(-32 * y[i].bsums[8 * h + kk + 2 * u]);
+                for (int k = 4 * kk; k < 4 * kk + 4; ++k) {
+                    const uint8_t* u3 = blk + 192 * (8 * h + k);  // ql, ql, qh
+                    const __m512i la = _mm512_loadu_si512(u3);
+                    const __m512i lb = _mm512_loadu_si512(u3 + 64);
+                    const __m512i hb = _mm512_loadu_si512(u3 + 128);
+                    const __m512i v[4] = {
+                        _mm512_or_si512(_mm512_and_si512(la, m4),
+                                        _mm512_slli_epi32(_mm512_and_si512(hb, m2), 4)),
+                        _mm512_or_si512(
+                            _mm512_and_si512(lb, m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), m2), 4)),
+                        _mm512_or_si512(
+                            _mm512_and_si512(_mm512_srli_epi32(la, 4), m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), m2), 4)),
+                        _mm512_or_si512(
+                            _mm512_and_si512(_mm512_srli_epi32(lb, 4), m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), m2), 4))};
+                    for (int u = 0; u < 4; ++u) {
+                        int32_t a4;
+                        std::memcpy(&a4, y[i].qs + 128 * h + 32 * u + 4 * k, 4);
+                        g[u] = _mm512_dpbusd_epi32(g[u], v[u], _mm512_set1_epi32(a4));
+                    }
+                }
+                for (int u = 0; u < 4; ++u) {
+                    const int grp = 8 * h + kk + 2 * u;  // its int8 scale, sign-extended
+                    const __m512i s =
+                        _mm512_srai_epi32(_mm512_slli_epi32(_mm512_loadu_si512(sc + 64 * (grp / 4)),
+                                                            24 - 8 * (grp % 4)),
+                                          24);
+                    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(g[u], s));
+                }
+            }
+        const __m512 d = _mm512_mul_ps(
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 3328))),
+            _mm512_set1_ps(y[i].d));
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc);
     }
     _mm512_storeu_ps(out, acc);
 }
@@ -1036,8 +1122,10 @@ GroupDotFn group_dot_fn(DType w) {
     static const bool bitalg = has_vnni256() && __builtin_cpu_supports("avx512dq") &&
                                __builtin_cpu_supports("avx512bitalg");
     if (w == DType::Q5_0 && bitalg) return group_dot_q5_0;
-    if (w == DType::Q4_K && has_vnni256() && __builtin_cpu_supports("avx512dq"))
-        return group_dot_q4_K;
+    static const bool vnni512 = has_vnni256() && __builtin_cpu_supports("avx512dq");
+    if (w == DType::Q4_K && vnni512) return group_dot_q4_K;
+    if (w == DType::Q6_K && vnni512) return group_dot_q6_K;
+    if (w == DType::Q8_0 && vnni512) return group_dot_q8_0;
 #endif
     (void)w;
     return nullptr;
