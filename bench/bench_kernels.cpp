@@ -59,8 +59,12 @@ void BM_MatMul(benchmark::State& state, DType t, int64_t n, bool interleaved, bo
     // 256-block types get the FFN-down shape 4864 -> 896: same weight bytes.
     // output: Qwen3-0.6B's output matrix (1024 -> 151936, ~130 MB: from DRAM).
     const bool k_block = tensor::traits(t).block_size == 256;
-    const int64_t K = output ? 1024 : k_block ? 4864 : 896,
-                  M = output ? 151936 : k_block ? 896 : 4864;
+    const int64_t K = output    ? 1024
+                      : k_block ? 4864
+                                : 896,
+                  M = output    ? 151936
+                      : k_block ? 896
+                                : 4864;
     Fixture f = make(t, K, M, n);
     std::vector<uint8_t> regrouped;
     if (interleaved) {  // as Model::interleave_weights leaves it
@@ -121,8 +125,8 @@ void register_all() {
     // The interleaved layout (tensor/interleave.h) of the types that have one.
     for (DType t : {DType::Q8_0, DType::Q5_0, DType::Q4_K, DType::Q6_K}) {
         const std::string name(tensor::dtype_name(t));
-        benchmark::RegisterBenchmark(("MatMul/decode16/" + name).c_str(), BM_MatMul, t,
-                                     int64_t{1}, true, false)
+        benchmark::RegisterBenchmark(("MatMul/decode16/" + name).c_str(), BM_MatMul, t, int64_t{1},
+                                     true, false)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
         benchmark::RegisterBenchmark(("MatMul/prefill512x16/" + name).c_str(), BM_MatMul, t,

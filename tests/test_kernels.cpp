@@ -13,11 +13,11 @@
 
 #include "backend/cpu/attn.h"
 #include "backend/cpu/gemm.h"
-#include "tensor/interleave.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "tensor/blocks.h"
+#include "tensor/interleave.h"
 #include "tensor/quants.h"
 #include "util/error.h"
 
@@ -441,8 +441,7 @@ TEST(CpuMatMul, InterleavedWeightsMatchTheFileLayout) {
                             mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
                         ASSERT_NEAR(got[size_t(tok * M + m)], want[size_t(tok * M + m)],
                                     2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
-                            << "n=" << n << " threads=" << threads << " t=" << tok
-                            << " m=" << m;
+                            << "n=" << n << " threads=" << threads << " t=" << tok << " m=" << m;
                     }
             }
         }

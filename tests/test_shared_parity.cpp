@@ -48,5 +48,6 @@ TEST_P(SharedParity, KjvTinyGreedyTokensMatchLlamaCpp) {
     EXPECT_EQ(j["text"].get<std::string>().rfind(tok.decode(generated), 0), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, SharedParity, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Interleaved" : "FileLayout"; });
+INSTANTIATE_TEST_SUITE_P(Layouts, SharedParity, ::testing::Bool(), [](const auto& info) {
+    return info.param ? "Interleaved" : "FileLayout";
+});

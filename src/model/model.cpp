@@ -1,7 +1,10 @@
 #include "model/model.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -191,24 +194,59 @@ size_t Model::interleave_weights() {
     // the output matmul reads every row of it each token; the embedding
     // lookup takes single rows back out (GetRows handles both layouts)
     targets.push_back(output);
+    // Every weight still in the file moves into one anonymous buffer: the
+    // matmul weights regrouped, the rest (norms, biases, weights of a type
+    // without an interleaved kernel) as they are — once a released page's
+    // neighbour is read, the kernel maps the pages around it back in
+    // (fault-around), so no weight of the file may stay in use.
+    std::vector<tensor::TensorView*> moving;
+    size_t total = 0;
+    for (tensor::TensorView& v : views_)
+        if (v.layout == tensor::TensorView::Layout::Rows && v.nbytes > 0) {
+            moving.push_back(&v);
+            total += (v.nbytes + 63) / 64 * 64;
+        }
+    if (moving.empty()) return 0;
+    void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        throw Error("out of memory: " + std::to_string(total >> 20) +
+                    " MiB for the weights regrouped out of '" + file.path() + "'");
+    arenas_.emplace_back(static_cast<uint8_t*>(p), total);
+    auto* at = static_cast<uint8_t*>(p);
     size_t done = 0;
-    for (tensor::TensorView& v : views_) {
-        if (v.layout != tensor::TensorView::Layout::Rows ||
-            std::find(targets.begin(), targets.end(), &v) == targets.end() ||
-            !tensor::can_interleave(v.type, v.ne[0], v.n_rows()))
-            continue;
-        void* buf = std::aligned_alloc(64, (v.nbytes + 63) / 64 * 64);
-        if (!buf)
-            throw Error("out of memory regrouping tensor '" + v.name + "' (" +
-                        std::to_string(v.nbytes >> 20) + " MiB)");
-        owned_.emplace_back(static_cast<uint8_t*>(buf));
-        tensor::interleave_rows(v.type, v.data, v.ne[0], v.n_rows(), buf);
-        file.release(v.data, v.nbytes);
-        v.data = buf;
-        v.layout = tensor::TensorView::Layout::Rows16;
-        done += v.nbytes;
+    // In pieces of about 8 MiB, each piece's file pages released as soon as
+    // it is copied: resident memory never holds much more than one copy.
+    constexpr size_t kPiece = size_t{8} << 20;
+    for (tensor::TensorView* v : moving) {
+        const bool regroup = std::find(targets.begin(), targets.end(), v) != targets.end() &&
+                             tensor::can_interleave(v->type, v->ne[0], v->n_rows());
+        const size_t unit = regroup ? tensor::kInterleaveRows * v->row_bytes() : 1;
+        const size_t piece = std::max(unit, kPiece / unit * unit);
+        const auto* src = static_cast<const uint8_t*>(v->data);
+        for (size_t off = 0; off < v->nbytes; off += piece) {
+            const size_t n = std::min(piece, v->nbytes - off);
+#ifdef MADV_POPULATE_WRITE
+            ::madvise(at + off, n, MADV_POPULATE_WRITE);  // faults the piece in one call (5.14+)
+#endif
+            if (regroup)
+                tensor::interleave_rows(v->type, src + off, v->ne[0],
+                                        static_cast<int64_t>(n / v->row_bytes()), at + off);
+            else
+                std::memcpy(at + off, src + off, n);
+            file.release(src + off, n);
+        }
+        if (regroup) {
+            v->layout = tensor::TensorView::Layout::Rows16;
+            done += v->nbytes;
+        }
+        v->data = at;
+        at += (v->nbytes + 63) / 64 * 64;
     }
     return done;
+}
+
+Model::Arena::~Arena() {
+    if (data) ::munmap(data, size);
 }
 
 }  // namespace minfer::model

@@ -4,10 +4,10 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gguf/gguf.h"
@@ -80,16 +80,26 @@ struct Model {
     // Regroups the matmul weights (the layers' projections and the output,
     // tied to token_embd or not) into the interleaved layout of
     // tensor/interleave.h where their type has one, in buffers the model
-    // owns, and drops their pages of the mapped file: the same bytes
-    // resident, read faster by the CPU kernels. Returns the bytes regrouped.
+    // owns, copies the other weights it reads there as they are, and drops
+    // their pages of the mapped file: the same bytes resident, read faster
+    // by the CPU kernels. Returns the bytes regrouped.
     size_t interleave_weights();
 
   private:
-    struct FreeDeleter {
-        void operator()(void* p) const { std::free(p); }
+    struct Arena {  // an anonymous mapping the weights were moved into
+        uint8_t* data = nullptr;
+        size_t size = 0;
+        Arena(uint8_t* d, size_t n) : data(d), size(n) {}
+        Arena(Arena&& o) noexcept : data(std::exchange(o.data, nullptr)), size(o.size) {}
+        Arena& operator=(Arena&& o) noexcept {
+            std::swap(data, o.data);
+            std::swap(size, o.size);
+            return *this;
+        }
+        ~Arena();
     };
     std::deque<tensor::TensorView> views_;  // stable addresses for the pointers above
-    std::vector<std::unique_ptr<uint8_t, FreeDeleter>> owned_;  // interleaved weights
+    std::vector<Arena> arenas_;
     const tensor::TensorView* bind(const std::string& name, std::vector<int64_t> shape,
                                    bool required, bool f32_only);
 };
