@@ -420,29 +420,41 @@ TEST(CpuMatMul, InterleavedWeightsMatchTheFileLayout) {
         bv.data = bi.data();
         cv.data = ci.data();
         bv.layout = cv.layout = TensorView::Layout::Rows16;
-        const cpu::MatMulPart plain[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 53}};
-        const cpu::MatMulPart inter[3] = {{&a.view, 0}, {&bv, 21}, {&cv, 53}};
-        const int64_t M = 101;
-        for (int64_t n : {1, 3, 9, 40}) {
-            for (int threads : {1, 2}) {
-                std::vector<float> x = random_floats(static_cast<size_t>(K * n), 5 + uint32_t(n));
-                std::vector<float> want(static_cast<size_t>(M * n)), got(want.size(), NAN);
-                ThreadPool pool(threads);
-                cpu::matmul(plain, 3, x.data(), K, n, want.data(), M, pool);
-                cpu::matmul(inter, 3, x.data(), K, n, got.data(), M, pool);
-                std::vector<float> wrow(static_cast<size_t>(K));
-                for (int64_t tok = 0; tok < n; ++tok)
-                    for (int64_t m = 0; m < M; ++m) {
-                        const Weight& w = m < 21 ? a : m < 53 ? b : c;
-                        const int64_t r = m < 21 ? m : m < 53 ? m - 21 : m - 53;
-                        tensor::dequantize_row(w.view.type, w.view.row(r), wrow.data(), K);
-                        double mag = 0;
-                        for (int64_t i = 0; i < K; ++i)
-                            mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
-                        ASSERT_NEAR(got[size_t(tok * M + m)], want[size_t(tok * M + m)],
-                                    2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
-                            << "n=" << n << " threads=" << threads << " t=" << tok << " m=" << m;
-                    }
+        // with the 21-row lead part (groups straddle tiles) and without it
+        // (whole groups: the GEMM fills its panels straight from them)
+        for (const bool lead : {true, false}) {
+            const int64_t off = lead ? 21 : 0;
+            const cpu::MatMulPart plain_all[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 53}};
+            const cpu::MatMulPart inter_all[3] = {{&a.view, 0}, {&bv, 21}, {&cv, 53}};
+            const cpu::MatMulPart plain_bc[2] = {{&b.view, 0}, {&c.view, 32}};
+            const cpu::MatMulPart inter_bc[2] = {{&bv, 0}, {&cv, 32}};
+            const cpu::MatMulPart* plain = lead ? plain_all : plain_bc;
+            const cpu::MatMulPart* inter = lead ? inter_all : inter_bc;
+            const int n_parts = lead ? 3 : 2;
+            const int64_t M = 80 + off;
+            for (int64_t n : {1, 3, 9, 40}) {
+                for (int threads : {1, 2}) {
+                    std::vector<float> x =
+                        random_floats(static_cast<size_t>(K * n), 5 + uint32_t(n));
+                    std::vector<float> want(static_cast<size_t>(M * n)), got(want.size(), NAN);
+                    ThreadPool pool(threads);
+                    cpu::matmul(plain, n_parts, x.data(), K, n, want.data(), M, pool);
+                    cpu::matmul(inter, n_parts, x.data(), K, n, got.data(), M, pool);
+                    std::vector<float> wrow(static_cast<size_t>(K));
+                    for (int64_t tok = 0; tok < n; ++tok)
+                        for (int64_t m = 0; m < M; ++m) {
+                            const Weight& w = m < off ? a : m < off + 32 ? b : c;
+                            const int64_t r = m < off ? m : m < off + 32 ? m - off : m - off - 32;
+                            tensor::dequantize_row(w.view.type, w.view.row(r), wrow.data(), K);
+                            double mag = 0;
+                            for (int64_t i = 0; i < K; ++i)
+                                mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
+                            ASSERT_NEAR(got[size_t(tok * M + m)], want[size_t(tok * M + m)],
+                                        2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                                << "lead=" << lead << " n=" << n << " threads=" << threads
+                                << " t=" << tok << " m=" << m;
+                        }
+                }
             }
         }
     }

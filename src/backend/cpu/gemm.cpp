@@ -272,10 +272,113 @@ MINFER_VNNI inline void transpose16x16(__m512i r[16]) {
 // Rows [r0, r1) (at most 16) of w into a panel; lanes past r1 - r0 are zero.
 // rows is scratch for 16 rows in the common form of unpack_row.
 // An interleaved w has each row taken out to `gguf_row` first.
+// Per group of a filled panel: -128 * the sum of its values (4 bytes per
+// lane summed by vpdpbusd against ones).
+MINFER_VNNI void fill_corrections(const Panel& p, int64_t K, int64_t G) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t g = 0; g < K / G; ++g) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int64_t q = g * G / 4; q < (g + 1) * G / 4; ++q)
+            sum = _mm512_dpbusd_epi32(sum, ones, _mm512_loadu_si512(p.v + q * 64));
+        _mm512_storeu_si512(p.c + 16 * g,
+                            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+    }
+}
+
+// A whole interleaved group of Q4_K or Q6_K rows straight into a panel: the
+// group's quant vectors already hold one quad of every row per lane, so
+// each is only unpacked (as the decode kernels of quant_dot.cpp do), and
+// the scales come out 16 rows at a time. Fills v, s and o (not c).
+MINFER_VNNI void fill_panel_group(DType t, const uint8_t* group, int64_t K, const Panel& p) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), byte = _mm512_set1_epi32(0xFF);
+    if (t == DType::Q4_K) {
+        const __m512i low6 = _mm512_set1_epi8(0x3F), top2 = _mm512_set1_epi8(0x03);
+        for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+            const uint8_t* blk = group + sb * 16 * sizeof(block_q4_K);
+            const __m512i u0 = _mm512_loadu_si512(blk + 64), u1 = _mm512_loadu_si512(blk + 128),
+                          u2 = _mm512_loadu_si512(blk + 192);
+            const __m512i sc[2] = {
+                _mm512_and_si512(u0, low6),
+                _mm512_or_si512(
+                    _mm512_and_si512(u2, m4),
+                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), top2), 4))};
+            const __m512i mn[2] = {
+                _mm512_and_si512(u1, low6),
+                _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), top2), 4))};
+            const __m512 d =
+                _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+            const __m512 dmin =
+                _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+            for (int j = 0; j < 8; ++j) {
+                const __m512i scj =
+                    _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), byte);
+                const __m512i mnj =
+                    _mm512_and_si512(_mm512_srli_epi32(mn[j / 4], 8 * (j % 4)), byte);
+                _mm512_storeu_ps(p.s + 16 * (8 * sb + j),
+                                 _mm512_mul_ps(d, _mm512_cvtepi32_ps(scj)));
+                _mm512_storeu_ps(p.o + 16 * (8 * sb + j),
+                                 _mm512_sub_ps(_mm512_setzero_ps(),
+                                               _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mnj))));
+            }
+            int8_t* v = p.v + sb * QK_K * 16;
+            for (int c = 0; c < 4; ++c)
+                for (int k = 0; k < 8; ++k) {
+                    const __m512i q = _mm512_loadu_si512(blk + 256 + 64 * (8 * c + k));
+                    _mm512_storeu_si512(v + 64 * (16 * c + k), _mm512_and_si512(q, m4));
+                    _mm512_storeu_si512(v + 64 * (16 * c + 8 + k),
+                                        _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+                }
+        }
+        return;
+    }
+    MINFER_ASSERT(t == DType::Q6_K);
+    const __m512i m2 = _mm512_set1_epi8(3), k32 = _mm512_set1_epi8(32);
+    for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+        const uint8_t* blk = group + sb * 16 * sizeof(block_q6_K);
+        int8_t* v = p.v + sb * QK_K * 16;
+        for (int h = 0; h < 2; ++h)
+            for (int k = 0; k < 8; ++k) {
+                const uint8_t* u3 = blk + 192 * (8 * h + k);  // ql, ql, qh
+                const __m512i la = _mm512_loadu_si512(u3), lb = _mm512_loadu_si512(u3 + 64),
+                              hb = _mm512_loadu_si512(u3 + 128);
+                const __m512i q[4] = {
+                    _mm512_or_si512(_mm512_and_si512(la, m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(hb, m2), 4)),
+                    _mm512_or_si512(
+                        _mm512_and_si512(lb, m4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), m2), 4)),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi32(la, 4), m4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), m2), 4)),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi32(lb, 4), m4),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), m2), 4))};
+                for (int u = 0; u < 4; ++u)  // elements 128h + 32u + 4k: quad 32h + 8u + k
+                    _mm512_storeu_si512(v + 64 * (32 * h + 8 * u + k), _mm512_sub_epi8(q[u], k32));
+            }
+        const __m512 d =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 3328)));
+        for (int g = 0; g < 16; ++g) {
+            const __m512i sg = _mm512_srai_epi32(
+                _mm512_slli_epi32(_mm512_loadu_si512(blk + 3072 + 64 * (g / 4)), 24 - 8 * (g % 4)),
+                24);
+            _mm512_storeu_ps(p.s + 16 * (16 * sb + g), _mm512_mul_ps(d, _mm512_cvtepi32_ps(sg)));
+        }
+    }
+}
+
 MINFER_VNNI void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t w_row_bytes,
                             int64_t K, int64_t G, int64_t r0, int64_t r1, const Panel& p,
                             const RowsForm& rows, uint8_t* gguf_row) {
     const int64_t ng = K / G, n = r1 - r0;
+    if (interleaved && n == kInterleaveRows && r0 % kInterleaveRows == 0 &&
+        (t == DType::Q4_K || t == DType::Q6_K)) {
+        fill_panel_group(t, w + static_cast<size_t>(r0) * w_row_bytes, K, p);
+        fill_corrections(p, K, G);
+        return;
+    }
     for (int64_t l = 0; l < n; ++l) {
         const uint8_t* src = w + static_cast<size_t>(r0 + l) * w_row_bytes;
         if (interleaved) {
@@ -293,18 +396,10 @@ MINFER_VNNI void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t 
         transpose16x16(r);
         for (int i = 0; i < 16; ++i) _mm512_storeu_si512(p.v + (q0 + i) * 64, r[i]);
     }
-    // Per group: -128 * the sum of its values (4 bytes per lane summed by
-    // vpdpbusd against ones), the scale, the min.
-    const __m512i ones = _mm512_set1_epi8(1);
-    for (int64_t g = 0; g < ng; ++g) {
-        __m512i sum = _mm512_setzero_si512();
-        for (int64_t q = g * G / 4; q < (g + 1) * G / 4; ++q)
-            sum = _mm512_dpbusd_epi32(sum, ones, _mm512_loadu_si512(p.v + q * 64));
-        _mm512_storeu_si512(p.c + 16 * g,
-                            _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+    fill_corrections(p, K, G);
+    for (int64_t g = 0; g < ng; ++g)
         for (int64_t l = 0; l < 16; ++l)
             p.s[g * 16 + l] = l < n ? rows.s[l * (K / kGroup) + g * G / kGroup] : 0.0f;
-    }
     if (has_mins(t))
         for (int64_t g = 0; g < K / 32; ++g)
             for (int64_t l = 0; l < 16; ++l)
