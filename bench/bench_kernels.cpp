@@ -207,6 +207,36 @@ void BM_PoolRun(benchmark::State& state) {
 }
 BENCHMARK(BM_PoolRun)->UseRealTime();
 
+// The memory roofline: streaming reads of 1 GiB (far past the caches) by the
+// pool's threads, each summing its own contiguous half as the decode
+// matmuls do. Token generation cannot read weights faster than this.
+void BM_MemRead(benchmark::State& state) {
+    ThreadPool pool(bench_threads());
+    const size_t n = (size_t{1} << 30) / sizeof(uint64_t);
+    std::vector<uint64_t> buf(n, 1);
+    std::vector<uint64_t> sums(static_cast<size_t>(pool.size()) * 8);
+    for (auto _ : state) {
+        pool.run([&](int ith, int nth) {
+            const size_t b = n / static_cast<size_t>(nth) * static_cast<size_t>(ith);
+            const size_t e = ith == nth - 1 ? n : b + n / static_cast<size_t>(nth);
+            uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (size_t i = b; i + 4 <= e; i += 4) {
+                s0 += buf[i];
+                s1 += buf[i + 1];
+                s2 += buf[i + 2];
+                s3 += buf[i + 3];
+            }
+            sums[static_cast<size_t>(ith) * 8] = s0 + s1 + s2 + s3;
+        });
+        benchmark::DoNotOptimize(sums.data());
+    }
+    state.counters["GB/s"] = benchmark::Counter(
+        static_cast<double>(n * sizeof(uint64_t)) * static_cast<double>(state.iterations()) / 1e9,
+        benchmark::Counter::kIsRate);
+    state.counters["threads"] = pool.size();
+}
+BENCHMARK(BM_MemRead)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 }  // namespace
 
 // The shapes are registered at start-up; benchmark_main (linked by CMake)
