@@ -369,15 +369,76 @@ MINFER_VNNI void fill_panel_group(DType t, const uint8_t* group, int64_t K, cons
     }
 }
 
+// The same for whole interleaved groups of Q8_0 (quants stored ^ 0x80) and
+// Q5_0 (5th bits picked per byte by vpshufbitqmb, as group_dot_q5_0).
+#define MINFER_VNNI_BITALG                                                       \
+    __attribute__((                                                              \
+        target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512bitalg,fma," \
+               "f16c")))
+MINFER_VNNI_BITALG void fill_panel_group32(DType t, const uint8_t* group, int64_t K,
+                                           const Panel& p) {
+    for (int64_t b = 0; b < K / 32; ++b) {
+        int8_t* v = p.v + b * 32 * 16;
+        if (t == DType::Q8_0) {
+            const uint8_t* blk = group + b * 16 * sizeof(block_q8_0);
+            _mm512_storeu_ps(
+                p.s + 16 * b,
+                _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))));
+            for (int q = 0; q < 8; ++q)
+                _mm512_storeu_si512(v + 64 * q,
+                                    _mm512_xor_si512(_mm512_loadu_si512(blk + 32 + 64 * q),
+                                                     _mm512_set1_epi8(static_cast<char>(0x80))));
+            continue;
+        }
+        const uint8_t* blk = group + b * 16 * sizeof(block_q5_0);
+        _mm512_storeu_ps(
+            p.s + 16 * b,
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))));
+        const __m512i qh = _mm512_loadu_si512(blk + 32);
+        const __m512i m4 = _mm512_set1_epi8(0xF), b16 = _mm512_set1_epi8(0x10);
+        for (int i = 0; i < 4; ++i) {
+            uint64_t lo = 0, hi = 0;  // as group_dot_q5_0's selectors
+            for (int k = 0; k < 4; ++k) {
+                lo |= uint64_t(4 * i + k) << (8 * k) | uint64_t(32 + 4 * i + k) << (8 * k + 32);
+                hi |= uint64_t(16 + 4 * i + k) << (8 * k) | uint64_t(48 + 4 * i + k)
+                                                                << (8 * k + 32);
+            }
+            const __m512i q = _mm512_loadu_si512(blk + 96 + 64 * i);
+            __m512i l = _mm512_and_si512(q, m4), h = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            l = _mm512_mask_add_epi8(
+                l, _mm512_bitshuffle_epi64_mask(qh, _mm512_set1_epi64(static_cast<long long>(lo))),
+                l, b16);
+            h = _mm512_mask_add_epi8(
+                h, _mm512_bitshuffle_epi64_mask(qh, _mm512_set1_epi64(static_cast<long long>(hi))),
+                h, b16);
+            // elements 4i.. (quad i) and 16 + 4i.. (quad 4 + i), as signed q5 - 16
+            _mm512_storeu_si512(v + 64 * i, _mm512_sub_epi8(l, b16));
+            _mm512_storeu_si512(v + 64 * (4 + i), _mm512_sub_epi8(h, b16));
+        }
+    }
+}
+
+bool has_bitalg() {
+    static const bool yes = __builtin_cpu_supports("avx512bitalg");
+    return yes;
+}
+
 MINFER_VNNI void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t w_row_bytes,
                             int64_t K, int64_t G, int64_t r0, int64_t r1, const Panel& p,
                             const RowsForm& rows, uint8_t* gguf_row) {
     const int64_t ng = K / G, n = r1 - r0;
-    if (interleaved && n == kInterleaveRows && r0 % kInterleaveRows == 0 &&
-        (t == DType::Q4_K || t == DType::Q6_K)) {
-        fill_panel_group(t, w + static_cast<size_t>(r0) * w_row_bytes, K, p);
-        fill_corrections(p, K, G);
-        return;
+    if (interleaved && n == kInterleaveRows && r0 % kInterleaveRows == 0) {
+        const uint8_t* group = w + static_cast<size_t>(r0) * w_row_bytes;
+        if (t == DType::Q4_K || t == DType::Q6_K) {
+            fill_panel_group(t, group, K, p);
+            fill_corrections(p, K, G);
+            return;
+        }
+        if (t == DType::Q8_0 || (t == DType::Q5_0 && has_bitalg())) {
+            fill_panel_group32(t, group, K, p);
+            fill_corrections(p, K, G);
+            return;
+        }
     }
     for (int64_t l = 0; l < n; ++l) {
         const uint8_t* src = w + static_cast<size_t>(r0 + l) * w_row_bytes;
