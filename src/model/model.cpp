@@ -242,6 +242,8 @@ size_t Model::interleave_weights() {
         v->data = at;
         at += (v->nbytes + 63) / 64 * 64;
     }
+    weights_moved = true;
+    regrouped_bytes += done;
     return done;
 }
 

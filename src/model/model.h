@@ -64,7 +64,11 @@ struct Model {
     const tensor::TensorView* output = nullptr;       // [n_embd, n_vocab]; == tok_embd when tied
     bool tied_output = false;
     std::vector<LayerWeights> layers;
-    size_t weight_bytes = 0;  // bytes of all tensors (mapped, not copied)
+    size_t weight_bytes = 0;  // bytes of all tensors
+    // After interleave_weights: the weights live in anonymous memory (not
+    // the mapped file), this many bytes of them regrouped 16 rows at a time.
+    bool weights_moved = false;
+    size_t regrouped_bytes = 0;
 
     Model() = default;
     Model(Model&&) = default;  // a deque keeps element addresses across moves

@@ -112,6 +112,9 @@ MemoryReport MemoryRecorder::report() const {
     const size_t layers_with_kv = alloc.counters().kv_regions / 2;
     r.run.kv_bytes_per_layer = layers_with_kv ? r.run.kv_bytes / layers_with_kv : 0;
     r.run.weight_bytes = session_.model().weight_bytes;
+    r.run.weights_moved = session_.model().weights_moved;
+    r.run.regrouped_bytes = session_.model().regrouped_bytes;
+    r.run.kernel_scratch_bytes = session_.kernel_scratch_bytes();
     return r;
 }
 
@@ -150,9 +153,18 @@ void print_text(const MemoryReport& r, std::FILE* out) {
                      g.pool_bytes ? static_cast<double>(g.naive_bytes) / g.pool_bytes : 0.0);
     }
     const RunMemory& run = r.run;
-    std::fprintf(out, "  KV cache %s (%s per layer x %lld layers), weights %s (mapped)\n",
+    const std::string where = run.weights_moved
+                                  ? "out of the file, " + format_bytes(run.regrouped_bytes) +
+                                        " regrouped 16 rows at a time"
+                                  : "mapped";
+    std::fprintf(out, "  KV cache %s (%s per layer x %lld layers), weights %s (%s)\n",
                  format_bytes(run.kv_bytes).c_str(), format_bytes(run.kv_bytes_per_layer).c_str(),
-                 static_cast<long long>(run.n_layer), format_bytes(run.weight_bytes).c_str());
+                 static_cast<long long>(run.n_layer), format_bytes(run.weight_bytes).c_str(),
+                 where.c_str());
+    std::fprintf(out,
+                 "  kernel scratch %s (thread pool: quantized activations, GEMM panels, "
+                 "attention scores)\n",
+                 format_bytes(run.kernel_scratch_bytes).c_str());
     std::fprintf(out,
                  "  run: %lld passes, %lld decode steps, %lld graphs built, rebuilds after the "
                  "first decode %lld, buffers allocated after the first decode %lld\n",
@@ -199,7 +211,10 @@ nlohmann::json to_json(const MemoryReport& r) {
           {"n_layer", run.n_layer},
           {"kv_bytes", run.kv_bytes},
           {"kv_bytes_per_layer", run.kv_bytes_per_layer},
-          {"weight_bytes", run.weight_bytes}}},
+          {"weight_bytes", run.weight_bytes},
+          {"weights_moved", run.weights_moved},
+          {"regrouped_bytes", run.regrouped_bytes},
+          {"kernel_scratch_bytes", run.kernel_scratch_bytes}}},
     };
 }
 

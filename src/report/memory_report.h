@@ -68,7 +68,10 @@ struct RunMemory {
     int64_t n_layer = 0;
     size_t kv_bytes = 0;            // K and V regions of every layer
     size_t kv_bytes_per_layer = 0;  // K + V of one layer
-    size_t weight_bytes = 0;        // mapped from the file, not copied
+    size_t weight_bytes = 0;        // every tensor of the file
+    bool weights_moved = false;     // out of the mapped file into anonymous memory
+    size_t regrouped_bytes = 0;     // of those, interleaved 16 rows at a time
+    size_t kernel_scratch_bytes = 0;  // the CPU kernels' scratch (thread pool), peak
 };
 
 struct MemoryReport {

@@ -156,4 +156,8 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
     return out;
 }
 
+size_t Session::kernel_scratch_bytes() const {
+    return impl_->cpu ? impl_->cpu->threads().scratch_bytes() : 0;
+}
+
 }  // namespace minfer::runtime

@@ -61,6 +61,8 @@ class Session {
 
     const model::Model& model() const { return model_; }
     const SessionOptions& options() const { return options_; }
+    // Bytes of scratch the CPU kernels hold (the thread pool's, its peak).
+    size_t kernel_scratch_bytes() const;
     const SessionStats& stats() const { return stats_; }
 
     // The internals, for reports and the visual page.

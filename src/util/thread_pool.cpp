@@ -232,6 +232,12 @@ void* ThreadPool::scratch(int slot, size_t bytes) {
     return s.ptr.get();
 }
 
+size_t ThreadPool::scratch_bytes() const {
+    size_t total = 0;
+    for (const Impl::Scratch& s : impl_->scratch) total += s.ptr ? s.bytes : 0;
+    return total;
+}
+
 int ThreadPool::physical_cores() {
     // Distinct (physical id, core id) pairs: hyper-threads share a core's
     // execution units, and matmul threads beyond the cores only contend.

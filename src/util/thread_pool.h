@@ -38,6 +38,8 @@ class ThreadPool {
     // run (e.g. quantized activations every thread reads). A call may
     // invalidate earlier pointers of the same slot.
     void* scratch(int slot, size_t bytes);
+    // Bytes of scratch held now, all slots (they only grow: the peak).
+    size_t scratch_bytes() const;
 
     // Number of physical cores (the -t default), at least 1.
     static int physical_cores();
