@@ -416,6 +416,9 @@ File File::open(const std::string& path) {
     f.base_ = map->data();
     f.size_ = map->size();
     f.parse_all();
+    // Everything before the tensor data (the vocabulary is most of it) is
+    // decoded into the File's own strings and arrays: its pages can go.
+    f.release(f.base_, f.data_offset_);
     return f;
 }
 
