@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/cpu/interleaved_simd.h"
 #include "tensor/blocks.h"
 #include "tensor/interleave.h"
 #include "util/error.h"
@@ -290,37 +291,24 @@ MINFER_VNNI void fill_corrections(const Panel& p, int64_t K, int64_t G) {
 // each is only unpacked (as the decode kernels of quant_dot.cpp do), and
 // the scales come out 16 rows at a time. Fills v, s and o (not c).
 MINFER_VNNI void fill_panel_group(DType t, const uint8_t* group, int64_t K, const Panel& p) {
-    const __m512i m4 = _mm512_set1_epi8(0xF), byte = _mm512_set1_epi32(0xFF);
     if (t == DType::Q4_K) {
-        const __m512i low6 = _mm512_set1_epi8(0x3F), top2 = _mm512_set1_epi8(0x03);
+        const __m512i m4 = _mm512_set1_epi8(0xF);
         for (int64_t sb = 0; sb < K / QK_K; ++sb) {
             const uint8_t* blk = group + sb * 16 * sizeof(block_q4_K);
-            const __m512i u0 = _mm512_loadu_si512(blk + 64), u1 = _mm512_loadu_si512(blk + 128),
-                          u2 = _mm512_loadu_si512(blk + 192);
-            const __m512i sc[2] = {
-                _mm512_and_si512(u0, low6),
-                _mm512_or_si512(
-                    _mm512_and_si512(u2, m4),
-                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), top2), 4))};
-            const __m512i mn[2] = {
-                _mm512_and_si512(u1, low6),
-                _mm512_or_si512(
-                    _mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
-                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), top2), 4))};
+            __m512i sc[2], mn[2];
+            interleaved::q4_K_scales_mins(blk, sc, mn);
             const __m512 d =
                 _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
             const __m512 dmin =
                 _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
             for (int j = 0; j < 8; ++j) {
-                const __m512i scj =
-                    _mm512_and_si512(_mm512_srli_epi32(sc[j / 4], 8 * (j % 4)), byte);
-                const __m512i mnj =
-                    _mm512_and_si512(_mm512_srli_epi32(mn[j / 4], 8 * (j % 4)), byte);
                 _mm512_storeu_ps(p.s + 16 * (8 * sb + j),
-                                 _mm512_mul_ps(d, _mm512_cvtepi32_ps(scj)));
-                _mm512_storeu_ps(p.o + 16 * (8 * sb + j),
-                                 _mm512_sub_ps(_mm512_setzero_ps(),
-                                               _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mnj))));
+                                 _mm512_mul_ps(d, _mm512_cvtepi32_ps(interleaved::byte_of(sc, j))));
+                _mm512_storeu_ps(
+                    p.o + 16 * (8 * sb + j),
+                    _mm512_sub_ps(
+                        _mm512_setzero_ps(),
+                        _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(interleaved::byte_of(mn, j)))));
             }
             int8_t* v = p.v + sb * QK_K * 16;
             for (int c = 0; c < 4; ++c)
@@ -334,38 +322,23 @@ MINFER_VNNI void fill_panel_group(DType t, const uint8_t* group, int64_t K, cons
         return;
     }
     MINFER_ASSERT(t == DType::Q6_K);
-    const __m512i m2 = _mm512_set1_epi8(3), k32 = _mm512_set1_epi8(32);
+    const __m512i k32 = _mm512_set1_epi8(32);
     for (int64_t sb = 0; sb < K / QK_K; ++sb) {
         const uint8_t* blk = group + sb * 16 * sizeof(block_q6_K);
         int8_t* v = p.v + sb * QK_K * 16;
         for (int h = 0; h < 2; ++h)
             for (int k = 0; k < 8; ++k) {
-                const uint8_t* u3 = blk + 192 * (8 * h + k);  // ql, ql, qh
-                const __m512i la = _mm512_loadu_si512(u3), lb = _mm512_loadu_si512(u3 + 64),
-                              hb = _mm512_loadu_si512(u3 + 128);
-                const __m512i q[4] = {
-                    _mm512_or_si512(_mm512_and_si512(la, m4),
-                                    _mm512_slli_epi32(_mm512_and_si512(hb, m2), 4)),
-                    _mm512_or_si512(
-                        _mm512_and_si512(lb, m4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), m2), 4)),
-                    _mm512_or_si512(
-                        _mm512_and_si512(_mm512_srli_epi32(la, 4), m4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), m2), 4)),
-                    _mm512_or_si512(
-                        _mm512_and_si512(_mm512_srli_epi32(lb, 4), m4),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), m2), 4))};
+                __m512i q[4];
+                interleaved::q6_K_quads(blk + 192 * (8 * h + k), q);
                 for (int u = 0; u < 4; ++u)  // elements 128h + 32u + 4k: quad 32h + 8u + k
                     _mm512_storeu_si512(v + 64 * (32 * h + 8 * u + k), _mm512_sub_epi8(q[u], k32));
             }
         const __m512 d =
             _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 3328)));
-        for (int g = 0; g < 16; ++g) {
-            const __m512i sg = _mm512_srai_epi32(
-                _mm512_slli_epi32(_mm512_loadu_si512(blk + 3072 + 64 * (g / 4)), 24 - 8 * (g % 4)),
-                24);
-            _mm512_storeu_ps(p.s + 16 * (16 * sb + g), _mm512_mul_ps(d, _mm512_cvtepi32_ps(sg)));
-        }
+        for (int g = 0; g < 16; ++g)
+            _mm512_storeu_ps(
+                p.s + 16 * (16 * sb + g),
+                _mm512_mul_ps(d, _mm512_cvtepi32_ps(interleaved::q6_K_scale(blk + 3072, g))));
     }
 }
 
@@ -394,23 +367,10 @@ MINFER_VNNI_BITALG void fill_panel_group32(DType t, const uint8_t* group, int64_
         _mm512_storeu_ps(
             p.s + 16 * b,
             _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))));
-        const __m512i qh = _mm512_loadu_si512(blk + 32);
-        const __m512i m4 = _mm512_set1_epi8(0xF), b16 = _mm512_set1_epi8(0x10);
+        const __m512i qh = _mm512_loadu_si512(blk + 32), b16 = _mm512_set1_epi8(0x10);
         for (int i = 0; i < 4; ++i) {
-            uint64_t lo = 0, hi = 0;  // as group_dot_q5_0's selectors
-            for (int k = 0; k < 4; ++k) {
-                lo |= uint64_t(4 * i + k) << (8 * k) | uint64_t(32 + 4 * i + k) << (8 * k + 32);
-                hi |= uint64_t(16 + 4 * i + k) << (8 * k) | uint64_t(48 + 4 * i + k)
-                                                                << (8 * k + 32);
-            }
-            const __m512i q = _mm512_loadu_si512(blk + 96 + 64 * i);
-            __m512i l = _mm512_and_si512(q, m4), h = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            l = _mm512_mask_add_epi8(
-                l, _mm512_bitshuffle_epi64_mask(qh, _mm512_set1_epi64(static_cast<long long>(lo))),
-                l, b16);
-            h = _mm512_mask_add_epi8(
-                h, _mm512_bitshuffle_epi64_mask(qh, _mm512_set1_epi64(static_cast<long long>(hi))),
-                h, b16);
+            __m512i l, h;
+            interleaved::q5_0_quads(_mm512_loadu_si512(blk + 96 + 64 * i), qh, i, l, h);
             // elements 4i.. (quad i) and 16 + 4i.. (quad 4 + i), as signed q5 - 16
             _mm512_storeu_si512(v + 64 * i, _mm512_sub_epi8(l, b16));
             _mm512_storeu_si512(v + 64 * (4 + i), _mm512_sub_epi8(h, b16));
@@ -467,6 +427,28 @@ MINFER_VNNI void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t 
                 p.o[g * 16 + l] = l < n ? rows.m[l * (K / kGroup) + 2 * g] : 0.0f;
 }
 
+// The integer sums of group g (G elements) for R panels x T tokens: each
+// starts at its panel's correction and takes G/4 vpdpbusd of an activation
+// quad broadcast to every lane against one weight quad per row.
+template <int R, int T, int G>
+MINFER_VNNI inline void group_sums(const Panel* p, int64_t g, const uint8_t* const* av,
+                                   __m512i isum[R][T]) {
+    for (int i = 0; i < R; ++i) {
+        const __m512i c = _mm512_loadu_si512(p[i].c + 16 * g);
+        for (int j = 0; j < T; ++j) isum[i][j] = c;
+    }
+    for (int q = 0; q < G / 4; ++q) {
+        __m512i w[R];
+        for (int i = 0; i < R; ++i) w[i] = _mm512_loadu_si512(p[i].v + (g * G / 4 + q) * 64);
+        for (int j = 0; j < T; ++j) {
+            int32_t a4;
+            std::memcpy(&a4, av[j] + g * G + 4 * q, 4);
+            const __m512i a = _mm512_set1_epi32(a4);
+            for (int i = 0; i < R; ++i) isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], a, w[i]);
+        }
+    }
+}
+
 // R panels x T tokens over K (Q8_0 activations: weights in groups of 32).
 // Per group of G elements: vpdpbusd of G/4
 // activation quads into an integer sum per (row, token) started at the
@@ -489,22 +471,7 @@ MINFER_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act
         for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
     for (int64_t g = 0; g < K / G; ++g) {
         __m512i isum[R][T];
-        for (int i = 0; i < R; ++i) {
-            const __m512i c = _mm512_loadu_si512(p[i].c + 16 * g);
-            for (int j = 0; j < T; ++j) isum[i][j] = c;
-        }
-        const int8_t* wv[R];
-        for (int i = 0; i < R; ++i) wv[i] = p[i].v + g * G * 16;
-        for (int q = 0; q < G / 4; ++q) {
-            __m512i w[R];
-            for (int i = 0; i < R; ++i) w[i] = _mm512_loadu_si512(wv[i] + 64 * q);
-            for (int j = 0; j < T; ++j) {
-                int32_t a4;
-                std::memcpy(&a4, av[j] + g * G + 4 * q, 4);
-                const __m512i a = _mm512_set1_epi32(a4);
-                for (int i = 0; i < R; ++i) isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], a, w[i]);
-            }
-        }
+        group_sums<R, T, G>(p, g, av, isum);
         for (int i = 0; i < R; ++i) {
             const __m512 s = _mm512_loadu_ps(p[i].s + 16 * g);
             for (int j = 0; j < T; ++j)
@@ -543,23 +510,7 @@ MINFER_VNNI void micro_k(const Panel* p, int64_t K, const uint8_t* act, size_t a
             for (int j = 0; j < T; ++j) blk[i][j] = _mm512_setzero_ps();
         for (int64_t g = sb * kGroups; g < (sb + 1) * kGroups; ++g) {
             __m512i isum[R][T];
-            for (int i = 0; i < R; ++i) {
-                const __m512i c = _mm512_loadu_si512(p[i].c + 16 * g);
-                for (int j = 0; j < T; ++j) isum[i][j] = c;
-            }
-            const int8_t* wv[R];
-            for (int i = 0; i < R; ++i) wv[i] = p[i].v + g * G * 16;
-            for (int q = 0; q < G / 4; ++q) {
-                __m512i w[R];
-                for (int i = 0; i < R; ++i) w[i] = _mm512_loadu_si512(wv[i] + 64 * q);
-                for (int j = 0; j < T; ++j) {
-                    int32_t a4;
-                    std::memcpy(&a4, av[j] + g * G + 4 * q, 4);
-                    const __m512i a = _mm512_set1_epi32(a4);
-                    for (int i = 0; i < R; ++i)
-                        isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], a, w[i]);
-                }
-            }
+            group_sums<R, T, G>(p, g, av, isum);
             for (int i = 0; i < R; ++i) {
                 const __m512 s = _mm512_loadu_ps(p[i].s + 16 * g);
                 for (int j = 0; j < T; ++j)

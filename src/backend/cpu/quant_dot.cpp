@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/interleaved_simd.h"
 #include "tensor/blocks.h"
 #include "tensor/quants.h"
 #include "util/error.h"
@@ -602,36 +603,20 @@ MINFER_VNNI512 inline int32_t sum_q8_32(const int8_t* qs) {
 MINFER_VNNI512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void* va, float* out) {
     const auto* blk = static_cast<const uint8_t*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
-    const __m512i m4 = _mm512_set1_epi8(0xF), b16 = _mm512_set1_epi8(0x10);
-    // Selectors: byte k of each dword of quad i takes bit 4i + k of its qh
-    // (low nibbles) or bit 16 + 4i + k (high); a qword holds two dwords (+32).
-    __m512i sel_lo[4], sel_hi[4];
-    for (int i = 0; i < 4; ++i) {
-        uint64_t lo = 0, hi = 0;
-        for (int k = 0; k < 4; ++k) {
-            lo |= uint64_t(4 * i + k) << (8 * k) | uint64_t(32 + 4 * i + k) << (8 * k + 32);
-            hi |= uint64_t(16 + 4 * i + k) << (8 * k) | uint64_t(48 + 4 * i + k) << (8 * k + 32);
-        }
-        sel_lo[i] = _mm512_set1_epi64(static_cast<long long>(lo));
-        sel_hi[i] = _mm512_set1_epi64(static_cast<long long>(hi));
-    }
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < n / QK5_0; ++b, blk += 16 * sizeof(block_q5_0)) {
-        const __m512 dw =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
         const __m512i qh = _mm512_loadu_si512(blk + 32);
         __m512i isum = _mm512_set1_epi32(-16 * sum_q8_32(y[b].qs));
         int32_t aq[8];
         std::memcpy(aq, y[b].qs, 32);
         for (int i = 0; i < 4; ++i) {
-            const __m512i q = _mm512_loadu_si512(blk + 96 + 64 * i);
-            __m512i lo = _mm512_and_si512(q, m4);
-            __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            lo = _mm512_mask_add_epi8(lo, _mm512_bitshuffle_epi64_mask(qh, sel_lo[i]), lo, b16);
-            hi = _mm512_mask_add_epi8(hi, _mm512_bitshuffle_epi64_mask(qh, sel_hi[i]), hi, b16);
+            __m512i lo, hi;
+            interleaved::q5_0_quads(_mm512_loadu_si512(blk + 96 + 64 * i), qh, i, lo, hi);
             isum = _mm512_dpbusd_epi32(isum, lo, _mm512_set1_epi32(aq[i]));
             isum = _mm512_dpbusd_epi32(isum, hi, _mm512_set1_epi32(aq[4 + i]));
         }
+        const __m512 dw =
+            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
         acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(y[b].d))),
                               _mm512_cvtepi32_ps(isum), acc);
     }
@@ -648,21 +633,11 @@ MINFER_VNNI512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void*
 MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, float* out) {
     const auto* blk = static_cast<const uint8_t*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
-    const __m512i m4 = _mm512_set1_epi8(0xF), low6 = _mm512_set1_epi8(0x3F),
-                  top2 = _mm512_set1_epi8(0x03), byte = _mm512_set1_epi32(0xFF);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i, blk += 16 * sizeof(block_q4_K)) {
-        const __m512i u0 = _mm512_loadu_si512(blk + 64), u1 = _mm512_loadu_si512(blk + 128),
-                      u2 = _mm512_loadu_si512(blk + 192);
-        // bytes of each lane: scales 0-3, 4-7; mins 0-3, 4-7
-        const __m512i sc03 = _mm512_and_si512(u0, low6);
-        const __m512i mn03 = _mm512_and_si512(u1, low6);
-        const __m512i sc47 =
-            _mm512_or_si512(_mm512_and_si512(u2, m4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), top2), 4));
-        const __m512i mn47 =
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), top2), 4));
+        __m512i sc[2], mn[2];  // bytes of each lane: scales 0-3, 4-7; mins 0-3, 4-7
+        interleaved::q4_K_scales_mins(blk, sc, mn);
         __m512i sum = _mm512_setzero_si512(), mins = _mm512_setzero_si512();
         const uint8_t* qs = blk + 256;
         for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c, 2c + 1
@@ -677,13 +652,9 @@ MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, fl
                 s_hi = _mm512_dpbusd_epi32(s_hi, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
                                            _mm512_set1_epi32(a_hi));
             }
-            const int j0 = 2 * c, j1 = 2 * c + 1;  // sub-blocks; their scale bytes:
-            const __m512i& sv0 = j0 < 4 ? sc03 : sc47;
-            const __m512i& mv0 = j0 < 4 ? mn03 : mn47;
-            const __m512i sc0 = _mm512_and_si512(_mm512_srli_epi32(sv0, 8 * (j0 % 4)), byte);
-            const __m512i sc1 = _mm512_and_si512(_mm512_srli_epi32(sv0, 8 * (j1 % 4)), byte);
-            const __m512i mn0 = _mm512_and_si512(_mm512_srli_epi32(mv0, 8 * (j0 % 4)), byte);
-            const __m512i mn1 = _mm512_and_si512(_mm512_srli_epi32(mv0, 8 * (j1 % 4)), byte);
+            const int j0 = 2 * c, j1 = 2 * c + 1;  // the two sub-blocks
+            const __m512i sc0 = interleaved::byte_of(sc, j0), sc1 = interleaved::byte_of(sc, j1);
+            const __m512i mn0 = interleaved::byte_of(mn, j0), mn1 = interleaved::byte_of(mn, j1);
             sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(s_lo, sc0));
             sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(s_hi, sc1));
             // mins * (bsum[2j] + bsum[2j+1]) as one vpdpwssd: word pairs
@@ -740,7 +711,6 @@ MINFER_VNNI512 void group_dot_q8_0(int64_t n, const void* vw, const void* va, fl
 MINFER_VNNI512 void group_dot_q6_K(int64_t n, const void* vw, const void* va, float* out) {
     const auto* blk = static_cast<const uint8_t*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
-    const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i, blk += 16 * sizeof(block_q6_K)) {
         const uint8_t* sc = blk + 3072;
@@ -752,22 +722,8 @@ MINFER_VNNI512 void group_dot_q6_K(int64_t n, const void* vw, const void* va, fl
                 for (int u = 0; u < 4; ++u)
                     g[u] = _mm512_set1_epi32(-32 * y[i].bsums[8 * h + kk + 2 * u]);
                 for (int k = 4 * kk; k < 4 * kk + 4; ++k) {
-                    const uint8_t* u3 = blk + 192 * (8 * h + k);  // ql, ql, qh
-                    const __m512i la = _mm512_loadu_si512(u3);
-                    const __m512i lb = _mm512_loadu_si512(u3 + 64);
-                    const __m512i hb = _mm512_loadu_si512(u3 + 128);
-                    const __m512i v[4] = {
-                        _mm512_or_si512(_mm512_and_si512(la, m4),
-                                        _mm512_slli_epi32(_mm512_and_si512(hb, m2), 4)),
-                        _mm512_or_si512(
-                            _mm512_and_si512(lb, m4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2), m2), 4)),
-                        _mm512_or_si512(
-                            _mm512_and_si512(_mm512_srli_epi32(la, 4), m4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 4), m2), 4)),
-                        _mm512_or_si512(
-                            _mm512_and_si512(_mm512_srli_epi32(lb, 4), m4),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 6), m2), 4))};
+                    __m512i v[4];
+                    interleaved::q6_K_quads(blk + 192 * (8 * h + k), v);
                     for (int u = 0; u < 4; ++u) {
                         int32_t a4;
                         std::memcpy(&a4, y[i].qs + 128 * h + 32 * u + 4 * k, 4);
@@ -775,11 +731,7 @@ MINFER_VNNI512 void group_dot_q6_K(int64_t n, const void* vw, const void* va, fl
                     }
                 }
                 for (int u = 0; u < 4; ++u) {
-                    const int grp = 8 * h + kk + 2 * u;  // its int8 scale, sign-extended
-                    const __m512i s =
-                        _mm512_srai_epi32(_mm512_slli_epi32(_mm512_loadu_si512(sc + 64 * (grp / 4)),
-                                                            24 - 8 * (grp % 4)),
-                                          24);
+                    const __m512i s = interleaved::q6_K_scale(sc, 8 * h + kk + 2 * u);
                     sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(g[u], s));
                 }
             }

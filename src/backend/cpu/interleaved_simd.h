@@ -1,0 +1,86 @@
+// Unpacking of interleaved 16-row groups (tensor/interleave.h) with AVX-512,
+// shared by the decode kernels (quant_dot.cpp) and the prompt GEMM's panel
+// fill (gemm.cpp): each helper turns vectors of one dword per row into
+// vectors of one quad (4 values) per row, one row per 32-bit lane.
+#pragma once
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace minfer::cpu::interleaved {
+
+#define MINFER_IL_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+#define MINFER_IL_BITALG __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bitalg")))
+
+// Q5_0 block quad i (0..3) of 16 rows: q = the qs vector (dword i of each
+// row), qh = the rows' qh dwords. lo = elements 4i..4i+3 (low nibbles),
+// hi = elements 16+4i.. (high nibbles), both as unsigned q5 in 0..31: the
+// 5th bit of byte k comes from bit 4i + k (16 + 4i + k) of its lane's qh,
+// picked by vpshufbitqmb (a qword holds two lanes, hence the +32).
+MINFER_IL_BITALG inline void q5_0_quads(__m512i q, __m512i qh, int i, __m512i& lo, __m512i& hi) {
+    uint64_t sel_lo = 0, sel_hi = 0;
+    for (int k = 0; k < 4; ++k) {
+        sel_lo |= uint64_t(4 * i + k) << (8 * k) | uint64_t(32 + 4 * i + k) << (8 * k + 32);
+        sel_hi |= uint64_t(16 + 4 * i + k) << (8 * k) | uint64_t(48 + 4 * i + k) << (8 * k + 32);
+    }
+    const __m512i m4 = _mm512_set1_epi8(0xF), b16 = _mm512_set1_epi8(0x10);
+    lo = _mm512_and_si512(q, m4);
+    hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    lo = _mm512_mask_add_epi8(
+        lo, _mm512_bitshuffle_epi64_mask(qh, _mm512_set1_epi64(static_cast<long long>(sel_lo))), lo,
+        b16);
+    hi = _mm512_mask_add_epi8(
+        hi, _mm512_bitshuffle_epi64_mask(qh, _mm512_set1_epi64(static_cast<long long>(sel_hi))), hi,
+        b16);
+}
+
+// The 6-bit scales and mins of a Q4_K super-block of 16 rows from its 3
+// scale dwords (blk + 64, + 128, + 192), as q4k_scales_mins does per row:
+// sc[0] bytes = scales 0-3, sc[1] = scales 4-7, mn[] the same for the mins.
+MINFER_IL_AVX512 inline void q4_K_scales_mins(const uint8_t* blk, __m512i sc[2], __m512i mn[2]) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), low6 = _mm512_set1_epi8(0x3F),
+                  top2 = _mm512_set1_epi8(0x03);
+    const __m512i u0 = _mm512_loadu_si512(blk + 64), u1 = _mm512_loadu_si512(blk + 128),
+                  u2 = _mm512_loadu_si512(blk + 192);
+    sc[0] = _mm512_and_si512(u0, low6);
+    mn[0] = _mm512_and_si512(u1, low6);
+    sc[1] = _mm512_or_si512(_mm512_and_si512(u2, m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), top2), 4));
+    mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), top2), 4));
+}
+
+// Byte j % 4 of v[j / 4] in each lane, as int32 (a Q4_K scale or min).
+MINFER_IL_AVX512 inline __m512i byte_of(const __m512i v[2], int j) {
+    return _mm512_and_si512(_mm512_srli_epi32(v[j / 4], 8 * (j % 4)), _mm512_set1_epi32(0xFF));
+}
+
+// Q6_K half h, quad k of 16 rows from the three vectors at u3 (ql dwords
+// 16h + k and 16h + 8 + k, qh dword 8h + k): q[u] = the quad of elements
+// 128h + 32u + 4k, unsigned 6-bit (0..63).
+MINFER_IL_AVX512 inline __m512i q6_K_high(__m512i hb, int shift) {  // 2 bits, moved to bits 4-5
+    return _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, shift), _mm512_set1_epi8(3)),
+                             4);
+}
+MINFER_IL_AVX512 inline void q6_K_quads(const uint8_t* u3, __m512i q[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m512i la = _mm512_loadu_si512(u3), lb = _mm512_loadu_si512(u3 + 64),
+                  hb = _mm512_loadu_si512(u3 + 128);
+    q[0] = _mm512_or_si512(_mm512_and_si512(la, m4), q6_K_high(hb, 0));
+    q[1] = _mm512_or_si512(_mm512_and_si512(lb, m4), q6_K_high(hb, 2));
+    q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(la, 4), m4), q6_K_high(hb, 4));
+    q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lb, 4), m4), q6_K_high(hb, 6));
+}
+
+// The int8 scale of Q6_K group g (0..15) of 16 rows, sign-extended to int32
+// (the 4 scale vectors at sc hold scales 4i..4i+3 of each row).
+MINFER_IL_AVX512 inline __m512i q6_K_scale(const uint8_t* sc, int g) {
+    return _mm512_srai_epi32(
+        _mm512_slli_epi32(_mm512_loadu_si512(sc + 64 * (g / 4)), 24 - 8 * (g % 4)), 24);
+}
+
+}  // namespace minfer::cpu::interleaved
+
+#endif
