@@ -25,7 +25,7 @@ void EngineFlags::add_to(ArgParser& p, bool with_ctx) {
 
 model::Model EngineFlags::load_model(const std::string& path) const {
     model::Model m = model::Model::load(path);
-    if (!no_interleave) m.interleave_weights();
+    if (!no_interleave) runtime::regroup_weights_for_cpu(m);
     return m;
 }
 

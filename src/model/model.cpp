@@ -186,7 +186,7 @@ Model Model::from_file(gguf::File f) {
     return m;
 }
 
-size_t Model::interleave_weights() {
+size_t Model::interleave_weights(const std::function<bool(tensor::DType)>& keep) {
     std::vector<const tensor::TensorView*> targets;
     for (const LayerWeights& L : layers)
         for (const tensor::TensorView* w : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down})
@@ -199,14 +199,20 @@ size_t Model::interleave_weights() {
     // without an interleaved kernel) as they are — once a released page's
     // neighbour is read, the kernel maps the pages around it back in
     // (fault-around), so no weight of the file may stay in use.
+    auto regroup = [&](const tensor::TensorView* v) {
+        return std::find(targets.begin(), targets.end(), v) != targets.end() &&
+               tensor::can_interleave(v->type, v->ne[0], v->n_rows()) && (!keep || keep(v->type));
+    };
     std::vector<tensor::TensorView*> moving;
     size_t total = 0;
+    bool any = false;
     for (tensor::TensorView& v : views_)
         if (v.layout == tensor::TensorView::Layout::Rows && v.nbytes > 0) {
             moving.push_back(&v);
             total += (v.nbytes + 63) / 64 * 64;
+            any = any || regroup(&v);
         }
-    if (moving.empty()) return 0;
+    if (!any) return 0;
     void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         throw Error("out of memory: " + std::to_string(total >> 20) +
@@ -218,9 +224,8 @@ size_t Model::interleave_weights() {
     // it is copied: resident memory never holds much more than one copy.
     constexpr size_t kPiece = size_t{8} << 20;
     for (tensor::TensorView* v : moving) {
-        const bool regroup = std::find(targets.begin(), targets.end(), v) != targets.end() &&
-                             tensor::can_interleave(v->type, v->ne[0], v->n_rows());
-        const size_t unit = regroup ? tensor::kInterleaveRows * v->row_bytes() : 1;
+        const bool regrouped = regroup(v);
+        const size_t unit = regrouped ? tensor::kInterleaveRows * v->row_bytes() : 1;
         const size_t piece = std::max(unit, kPiece / unit * unit);
         const auto* src = static_cast<const uint8_t*>(v->data);
         for (size_t off = 0; off < v->nbytes; off += piece) {
@@ -228,14 +233,14 @@ size_t Model::interleave_weights() {
 #ifdef MADV_POPULATE_WRITE
             ::madvise(at + off, n, MADV_POPULATE_WRITE);  // faults the piece in one call (5.14+)
 #endif
-            if (regroup)
+            if (regrouped)
                 tensor::interleave_rows(v->type, src + off, v->ne[0],
                                         static_cast<int64_t>(n / v->row_bytes()), at + off);
             else
                 std::memcpy(at + off, src + off, n);
             file.release(src + off, n);
         }
-        if (regroup) {
+        if (regrouped) {
             v->layout = tensor::TensorView::Layout::Rows16;
             done += v->nbytes;
         }

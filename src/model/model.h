@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -87,7 +88,9 @@ struct Model {
     // owns, copies the other weights it reads there as they are, and drops
     // their pages of the mapped file: the same bytes resident, read faster
     // by the CPU kernels. Returns the bytes regrouped.
-    size_t interleave_weights();
+    // keep(type), when given, limits the regrouping to the types it accepts
+    // (the CPU kernels at hand); with none accepted nothing moves.
+    size_t interleave_weights(const std::function<bool(tensor::DType)>& keep = nullptr);
 
   private:
     struct Arena {  // an anonymous mapping the weights were moved into

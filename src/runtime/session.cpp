@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/quant_dot.h"
 #include "backend/queue/queue_backend.h"
 #include "graph/cache.h"
 #include "graph/scheduler.h"
@@ -158,6 +159,10 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
 
 size_t Session::kernel_scratch_bytes() const {
     return impl_->cpu ? impl_->cpu->threads().scratch_bytes() : 0;
+}
+
+size_t regroup_weights_for_cpu(model::Model& m) {
+    return m.interleave_weights([](tensor::DType t) { return cpu::group_dot_fn(t) != nullptr; });
 }
 
 }  // namespace minfer::runtime

@@ -87,4 +87,9 @@ struct ContextPlan {
 ContextPlan plan_context(int64_t requested, bool user_requested, int64_t n_ctx_train,
                          int64_t n_prompt, int64_t n_predict_hint = 0);
 
+// Regroups the model's matmul weights (Model::interleave_weights) for the
+// types this CPU has 16-row kernels for; none (no AVX-512 VNNI): nothing
+// moves. Returns the bytes regrouped.
+size_t regroup_weights_for_cpu(model::Model& m);
+
 }  // namespace minfer::runtime
