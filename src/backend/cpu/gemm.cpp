@@ -297,10 +297,8 @@ MINFER_VNNI void fill_panel_group(DType t, const uint8_t* group, int64_t K, cons
             const uint8_t* blk = group + sb * 16 * sizeof(block_q4_K);
             __m512i sc[2], mn[2];
             interleaved::q4_K_scales_mins(blk, sc, mn);
-            const __m512 d =
-                _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-            const __m512 dmin =
-                _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+            const __m512 d = interleaved::halves16(blk);
+            const __m512 dmin = interleaved::halves16(blk + 32);
             for (int j = 0; j < 8; ++j) {
                 _mm512_storeu_ps(p.s + 16 * (8 * sb + j),
                                  _mm512_mul_ps(d, _mm512_cvtepi32_ps(interleaved::byte_of(sc, j))));
@@ -333,8 +331,7 @@ MINFER_VNNI void fill_panel_group(DType t, const uint8_t* group, int64_t K, cons
                 for (int u = 0; u < 4; ++u)  // elements 128h + 32u + 4k: quad 32h + 8u + k
                     _mm512_storeu_si512(v + 64 * (32 * h + 8 * u + k), _mm512_sub_epi8(q[u], k32));
             }
-        const __m512 d =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 3328)));
+        const __m512 d = interleaved::halves16(blk + 3328);
         for (int g = 0; g < 16; ++g)
             _mm512_storeu_ps(
                 p.s + 16 * (16 * sb + g),
@@ -354,9 +351,7 @@ MINFER_VNNI_BITALG void fill_panel_group32(DType t, const uint8_t* group, int64_
         int8_t* v = p.v + b * 32 * 16;
         if (t == DType::Q8_0) {
             const uint8_t* blk = group + b * 16 * sizeof(block_q8_0);
-            _mm512_storeu_ps(
-                p.s + 16 * b,
-                _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))));
+            _mm512_storeu_ps(p.s + 16 * b, interleaved::halves16(blk));
             for (int q = 0; q < 8; ++q)
                 _mm512_storeu_si512(v + 64 * q,
                                     _mm512_xor_si512(_mm512_loadu_si512(blk + 32 + 64 * q),
@@ -364,9 +359,7 @@ MINFER_VNNI_BITALG void fill_panel_group32(DType t, const uint8_t* group, int64_
             continue;
         }
         const uint8_t* blk = group + b * 16 * sizeof(block_q5_0);
-        _mm512_storeu_ps(
-            p.s + 16 * b,
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))));
+        _mm512_storeu_ps(p.s + 16 * b, interleaved::halves16(blk));
         const __m512i qh = _mm512_loadu_si512(blk + 32), b16 = _mm512_set1_epi8(0x10);
         for (int i = 0; i < 4; ++i) {
             __m512i l, h;

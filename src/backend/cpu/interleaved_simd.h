@@ -14,6 +14,11 @@ namespace minfer::cpu::interleaved {
 #define MINFER_IL_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 #define MINFER_IL_BITALG __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bitalg")))
 
+// The 16 rows' f16 scales stored side by side at p (d, dmin), as floats.
+MINFER_IL_AVX512 inline __m512 halves16(const uint8_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // Q5_0 block quad i (0..3) of 16 rows: q = the qs vector (dword i of each
 // row), qh = the rows' qh dwords. lo = elements 4i..4i+3 (low nibbles),
 // hi = elements 16+4i.. (high nibbles), both as unsigned q5 in 0..31: the

@@ -615,8 +615,7 @@ MINFER_VNNI512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void*
             isum = _mm512_dpbusd_epi32(isum, lo, _mm512_set1_epi32(aq[i]));
             isum = _mm512_dpbusd_epi32(isum, hi, _mm512_set1_epi32(aq[4 + i]));
         }
-        const __m512 dw =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+        const __m512 dw = interleaved::halves16(blk);
         acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(y[b].d))),
                               _mm512_cvtepi32_ps(isum), acc);
     }
@@ -668,10 +667,8 @@ MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, fl
                                                        (static_cast<uint32_t>(b1) << 16))));
         }
         const __m512 da = _mm512_set1_ps(y[i].d);
-        const __m512 d = _mm512_mul_ps(
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))), da);
-        const __m512 dmin = _mm512_mul_ps(
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32))), da);
+        const __m512 d = _mm512_mul_ps(interleaved::halves16(blk), da);
+        const __m512 dmin = _mm512_mul_ps(interleaved::halves16(blk + 32), da);
         acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc);
         acc = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mins), acc);
     }
@@ -693,8 +690,7 @@ MINFER_VNNI512 void group_dot_q8_0(int64_t n, const void* vw, const void* va, fl
         for (int q = 0; q < 8; ++q)
             isum = _mm512_dpbusd_epi32(isum, _mm512_loadu_si512(blk + 32 + 64 * q),
                                        _mm512_set1_epi32(aq[q]));
-        const __m512 dw =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+        const __m512 dw = interleaved::halves16(blk);
         acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(y[b].d))),
                               _mm512_cvtepi32_ps(isum), acc);
     }
@@ -735,9 +731,7 @@ MINFER_VNNI512 void group_dot_q6_K(int64_t n, const void* vw, const void* va, fl
                     sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(g[u], s));
                 }
             }
-        const __m512 d = _mm512_mul_ps(
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 3328))),
-            _mm512_set1_ps(y[i].d));
+        const __m512 d = _mm512_mul_ps(interleaved::halves16(blk + 3328), _mm512_set1_ps(y[i].d));
         acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc);
     }
     _mm512_storeu_ps(out, acc);
