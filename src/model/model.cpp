@@ -247,7 +247,6 @@ size_t Model::interleave_weights(const std::function<bool(tensor::DType)>& keep)
         v->data = at;
         at += (v->nbytes + 63) / 64 * 64;
     }
-    weights_moved = true;
     regrouped_bytes += done;
     return done;
 }

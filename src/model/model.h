@@ -66,9 +66,9 @@ struct Model {
     bool tied_output = false;
     std::vector<LayerWeights> layers;
     size_t weight_bytes = 0;  // bytes of all tensors
-    // After interleave_weights: the weights live in anonymous memory (not
-    // the mapped file), this many bytes of them regrouped 16 rows at a time.
-    bool weights_moved = false;
+    // After interleave_weights regrouped any (> 0): this many bytes of the
+    // weights are regrouped 16 rows at a time, and all of them live in
+    // anonymous memory, not the mapped file.
     size_t regrouped_bytes = 0;
 
     Model() = default;

@@ -112,8 +112,8 @@ MemoryReport MemoryRecorder::report() const {
     const size_t layers_with_kv = alloc.counters().kv_regions / 2;
     r.run.kv_bytes_per_layer = layers_with_kv ? r.run.kv_bytes / layers_with_kv : 0;
     r.run.weight_bytes = session_.model().weight_bytes;
-    r.run.weights_moved = session_.model().weights_moved;
     r.run.regrouped_bytes = session_.model().regrouped_bytes;
+    r.run.weights_moved = r.run.regrouped_bytes > 0;  // interleave_weights moves all or none
     r.run.kernel_scratch_bytes = session_.kernel_scratch_bytes();
     return r;
 }
