@@ -1,8 +1,6 @@
 #include "tensor/interleave.h"
 
-#include <algorithm>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "tensor/blocks.h"
@@ -81,14 +79,21 @@ const std::vector<Unit>& units_of(DType t) {
     }
 }
 
-inline void copy_unit(uint8_t* to, const uint8_t* from, const Unit& u) {
-    if (u.size == 2) {
-        std::memcpy(to, from, 2);
+// Unit u of n rows: from `from` in steps of from_step bytes to `to` in
+// steps of to_step (flipping its bytes where u says so). The size and flip
+// tests stay out of the row loop: regrouping runs over every weight at load.
+inline void copy_units(uint8_t* to, size_t to_step, const uint8_t* from, size_t from_step,
+                       int64_t n, const Unit& u) {
+    if (u.size == 4) {
+        const uint32_t x = u.flip ? 0x80808080u : 0u;
+        for (int64_t l = 0; l < n; ++l, to += to_step, from += from_step) {
+            uint32_t v;
+            std::memcpy(&v, from, 4);
+            v ^= x;
+            std::memcpy(to, &v, 4);
+        }
     } else {
-        uint32_t v;
-        std::memcpy(&v, from, 4);
-        if (u.flip) v ^= 0x80808080u;
-        std::memcpy(to, &v, 4);
+        for (int64_t l = 0; l < n; ++l, to += to_step, from += from_step) std::memcpy(to, from, 2);
     }
 }
 
@@ -105,43 +110,19 @@ void interleave_rows(DType t, const void* src, int64_t K, int64_t M, void* dst) 
     const size_t bsz = traits(t).type_size, rb = row_size(t, K);
     const int64_t nb = K / traits(t).block_size, n_groups = M / kInterleaveRows;
     const size_t group_bytes = kInterleaveRows * rb;
-    auto run = [&](int64_t g0, int64_t g1) {
-        for (int64_t g = g0; g < g1; ++g) {
-            const uint8_t* rows =
-                static_cast<const uint8_t*>(src) + static_cast<size_t>(g) * group_bytes;
-            uint8_t* out = static_cast<uint8_t*>(dst) + static_cast<size_t>(g) * group_bytes;
-            for (int64_t b = 0; b < nb; ++b) {
-                const uint8_t* blk = rows + static_cast<size_t>(b) * bsz;
-                for (const Unit& u : units) {
-                    const uint8_t* from = blk + u.offset;
-                    if (u.size == 4) {
-                        const uint32_t x = u.flip ? 0x80808080u : 0u;
-                        for (int64_t l = 0; l < kInterleaveRows; ++l, from += rb) {
-                            uint32_t v;
-                            std::memcpy(&v, from, 4);
-                            v ^= x;
-                            std::memcpy(out + 4 * l, &v, 4);
-                        }
-                    } else {
-                        for (int64_t l = 0; l < kInterleaveRows; ++l, from += rb)
-                            std::memcpy(out + 2 * l, from, 2);
-                    }
-                    out += kInterleaveRows * u.size;
-                }
+    for (int64_t g = 0; g < n_groups; ++g) {
+        const uint8_t* rows =
+            static_cast<const uint8_t*>(src) + static_cast<size_t>(g) * group_bytes;
+        uint8_t* out = static_cast<uint8_t*>(dst) + static_cast<size_t>(g) * group_bytes;
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* blk = rows + static_cast<size_t>(b) * bsz;
+            for (const Unit& u : units) {
+                copy_units(out, static_cast<size_t>(u.size), blk + u.offset, rb, kInterleaveRows,
+                           u);
+                out += kInterleaveRows * u.size;
             }
         }
-    };
-    // Large tensors on a few threads: this runs once at load over every
-    // weight (hundreds of MB), page faults included.
-    const int64_t n_threads = std::min<int64_t>(
-        {static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())), 8,
-         std::max<int64_t>(1, static_cast<int64_t>(n_groups * group_bytes >> 22))});
-    std::vector<std::thread> threads;
-    const int64_t per = (n_groups + n_threads - 1) / n_threads;
-    for (int64_t i = 1; i < n_threads; ++i)
-        threads.emplace_back(run, std::min(n_groups, i * per), std::min(n_groups, (i + 1) * per));
-    run(0, std::min(n_groups, per));
-    for (auto& th : threads) th.join();
+    }
 }
 
 void deinterleave_row(DType t, const void* data, int64_t K, int64_t r, void* row) {
@@ -154,8 +135,8 @@ void deinterleave_row(DType t, const void* data, int64_t K, int64_t r, void* row
     auto* out = static_cast<uint8_t*>(row);
     for (int64_t b = 0; b < nb; ++b)
         for (const Unit& u : units) {
-            copy_unit(out + static_cast<size_t>(b) * bsz + u.offset,
-                      in + static_cast<size_t>(l) * u.size, u);
+            copy_units(out + static_cast<size_t>(b) * bsz + u.offset, 0,
+                       in + static_cast<size_t>(l) * u.size, 0, 1, u);
             in += kInterleaveRows * u.size;
         }
 }
