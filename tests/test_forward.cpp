@@ -94,20 +94,26 @@ TEST(Forward, MatchesDoublePrecisionReferenceForEveryWeightType) {
     }
 }
 
+namespace {
+// A qwen3 tiny model whose rows are multiples of 256, as K-quants need.
+TinyModelSpec k_quant_spec(tensor::DType t) {
+    TinyModelSpec s;
+    s.arch = "qwen3";
+    s.n_embd = 256;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.head_dim = 64;
+    s.n_ff = 512;
+    s.n_layer = 1;
+    s.weight_type = t;
+    return s;
+}
+}  // namespace
+
 TEST(Forward, KQuantsMatchReference) {
-    // K-quants need rows that are multiples of 256.
     for (tensor::DType t : {tensor::DType::Q2_K, tensor::DType::Q3_K, tensor::DType::Q4_K,
                             tensor::DType::Q5_K, tensor::DType::Q6_K, tensor::DType::IQ4_XS}) {
-        TinyModelSpec s;
-        s.arch = "qwen3";
-        s.n_embd = 256;
-        s.n_head = 4;
-        s.n_head_kv = 2;
-        s.head_dim = 64;
-        s.n_ff = 512;
-        s.n_layer = 1;
-        s.weight_type = t;
-        auto l = load(s);
+        auto l = load(k_quant_spec(t));
         const std::vector<double> ref = minfer::testing::reference_logits(l->model, kPrompt);
         const std::vector<float> got = run(l->model, {}, kPrompt);
         EXPECT_LT(max_rel_diff(got, ref, l->model.hp.n_vocab), 3e-2) << tensor::dtype_name(t);
@@ -124,20 +130,13 @@ TEST(Forward, InterleavedWeightsMatchReferenceInPromptAndDecode) {
         tensor::DType type;
         bool k_quant;
     };
-    for (const Case& c : {Case{"qwen2", tensor::DType::Q8_0, false},
-                          Case{"qwen2", tensor::DType::Q5_0, false},
-                          Case{"qwen3", tensor::DType::Q4_K, true},
-                          Case{"qwen3", tensor::DType::Q6_K, true}}) {
+    for (const Case& c :
+         {Case{"qwen2", tensor::DType::Q8_0, false}, Case{"qwen2", tensor::DType::Q5_0, false},
+          Case{"qwen3", tensor::DType::Q4_K, true}, Case{"qwen3", tensor::DType::Q6_K, true}}) {
         SCOPED_TRACE(std::string(c.arch) + " " + std::string(tensor::dtype_name(c.type)));
-        TinyModelSpec s;
+        TinyModelSpec s = c.k_quant ? k_quant_spec(c.type) : TinyModelSpec{};
         s.arch = c.arch;
         s.weight_type = c.type;
-        if (c.k_quant) {
-            s.n_embd = 256;
-            s.head_dim = 64;
-            s.n_ff = 512;
-            s.n_layer = 1;
-        }
         auto l = load(s);
         const std::vector<double> ref = minfer::testing::reference_logits(l->model, kPrompt);
         ASSERT_GT(l->model.interleave_weights(), 0u);
