@@ -1,0 +1,133 @@
+// Many sequences over one model: the runtime's scheduler for continuous
+// batching. Requests are admitted between steps; every step packs each
+// running sequence's next token plus prompt chunks of waiting ones (within
+// the token budget n_batch) into ONE forward pass, samples each sequence
+// with its own sampler, and retires finished ones. The KV cache is a pool of
+// fixed-size pages shared by all sequences (no per-sequence split); full
+// pages of prompt tokens are shared between sequences with the same prefix.
+//
+// The contract between this engine and its callers (the CLI's batched-bench,
+// the HTTP server, tests). Thread safety: submit(), cancel() and stats() may
+// be called from any thread; step() from one thread at a time (the caller's
+// engine loop). Callbacks run on the thread calling step() and must be quick.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/alloc.h"
+#include "graph/fuse.h"
+#include "model/model.h"
+#include "runtime/sampler.h"
+#include "tensor/dtype.h"
+
+namespace minfer::runtime {
+
+using RequestId = int64_t;
+
+struct EngineOptions {
+    int64_t n_ctx = 8192;      // KV cells shared by all sequences (-c)
+    int64_t n_batch = 512;     // tokens per forward pass at most (-b): the step's budget
+    int32_t n_parallel = 8;    // sequences decoding at once at most (-np); each sample counts
+    int n_threads = 0;         // 0: physical cores
+    tensor::DType kv_type_k = tensor::DType::F16;
+    tensor::DType kv_type_v = tensor::DType::F16;
+    bool prefix_cache = true;  // share full pages of identical prompt prefixes
+    graph::FuseOptions fuse = graph::fuse_options_from_env();
+    graph::Planner planner = graph::planner_from_env();
+};
+
+struct GenParams {
+    std::vector<int32_t> prompt;  // token ids; must be non-empty
+    int64_t n_predict = -1;       // -1: until an end-of-generation token or the context end
+    SamplerParams sampling;       // temp, top_k, top_p, min_p, seed, repeat penalty
+    float presence_penalty = 0.0f;   // OpenAI's: subtracted once per token seen in the output
+    float frequency_penalty = 0.0f;  // OpenAI's: subtracted per occurrence in the output
+    bool ignore_eos = false;
+    int32_t n_samples = 1;      // parallel samples forked from one prompt (share its pages)
+    int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: the chosen token's and the top N
+};
+
+struct TokenEvent {
+    int32_t sample = 0;  // 0 .. n_samples-1
+    int32_t token = 0;
+    float logprob = 0.0f;                          // when top_logprobs >= 0
+    std::vector<std::pair<int32_t, float>> top;    // [top_logprobs] (token, logprob)
+};
+
+enum class FinishReason {
+    Stop,         // an end-of-generation token, or the caller's on_token returned false
+    Length,       // n_predict reached
+    ContextFull,  // the sequence reached n_ctx cells (or could never get more pages)
+    Cancelled,    // cancel() or shutdown
+    Error,        // the message says what
+};
+const char* finish_reason_name(FinishReason r);
+
+struct RequestResult {
+    int32_t sample = 0;
+    FinishReason reason = FinishReason::Stop;
+    std::string error;          // with FinishReason::Error
+    int64_t prompt_tokens = 0;  // of the request
+    int64_t cached_tokens = 0;  // prompt tokens taken from shared pages (not computed)
+    int64_t generated = 0;      // tokens sampled for this sample
+    double t_queue_ms = 0, t_first_token_ms = 0, t_total_ms = 0;  // from submit()
+};
+
+struct RequestCallbacks {
+    // Each sampled token. Return false to finish this sample now (stop string
+    // found by the caller): reason Stop.
+    std::function<bool(const TokenEvent&)> on_token;
+    // Once per sample, last.
+    std::function<void(const RequestResult&)> on_finish;
+};
+
+struct EngineStats {
+    int64_t running = 0, waiting = 0;         // sequences
+    int64_t pages_total = 0, pages_used = 0;  // used: held by at least one sequence
+    int64_t pages_cached = 0, pages_free = 0; // cached: no holder, kept for prefix reuse
+    int64_t page_cells = 0;                   // cells per page
+    int64_t prefix_hit_tokens = 0, prefix_lookup_tokens = 0;  // hit rate = hit / lookup
+    int64_t prompt_tokens = 0, generated_tokens = 0;          // totals since start
+    int64_t steps = 0, graphs_built = 0, preemptions = 0;
+    size_t activation_bytes = 0;  // activation memory held (all plans)
+};
+
+class Engine {
+  public:
+    Engine(const model::Model& model, EngineOptions options);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Queues a request. Throws minfer::Error, naming the counts, when it can
+    // never run (empty prompt, prompt + 1 > n_ctx, a token id out of range,
+    // n_samples > n_parallel): nothing is queued then.
+    RequestId submit(GenParams params, RequestCallbacks callbacks);
+    // Finishes every sample of the request with Cancelled and frees its
+    // pages (at once when the engine is between steps, else at the end of
+    // the running step). Unknown or finished ids are ignored.
+    void cancel(RequestId id);
+    // One step: admit, pack, one forward pass, sample, retire. Returns false
+    // when there was nothing to do.
+    bool step();
+    // Blocks until a request is queued or `ms` pass (the caller's idle loop).
+    void wait_for_work(int ms);
+    bool idle() const;
+
+    EngineStats stats() const;
+    const model::Model& model() const;
+    const EngineOptions& options() const;
+
+    struct Impl;
+    Impl& impl() { return *impl_; }
+
+  private:
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace minfer::runtime
