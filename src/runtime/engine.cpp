@@ -523,8 +523,10 @@ bool Engine::Impl::step() {
     }
     for (; t < n_tok; ++t) rows[static_cast<size_t>(t)] = static_cast<int32_t>(r);
     const int64_t n_want = std::max<int64_t>(1, static_cast<int64_t>(want.size()));
-    int64_t n_out = bucket_up(n_want, n_tok);
-    if (n_out < n_want) n_out = n_tok;
+    // Logits rows: a power of two (fewer graph shapes), the wanted rows first.
+    int64_t n_out = 1;
+    while (n_out < n_want) n_out *= 2;
+    n_out = std::min(n_out, n_tok);
 
     graph::Graph& g = prepare(n_tok, n_out);
     graph::GraphAllocator& alloc = cache->allocator();

@@ -89,7 +89,7 @@ struct Engine::Impl {
     std::vector<std::unique_ptr<Seq>> seqs;         // admitted or queued, never finished
     uint64_t admit_counter = 0;
 
-    static constexpr size_t kMaxGraphs = 6;  // token-count buckets kept at once
+    static constexpr size_t kMaxGraphs = 8;  // token-count buckets kept at once
     std::map<int, uint64_t> graph_used;      // kind -> last use
     std::map<int, size_t> plan_bytes;        // kind -> activation bytes of its plan
     uint64_t tick = 0;
