@@ -9,12 +9,15 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
+#include "cli_runner.h"
 #include "graph/kv_pages.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -645,4 +648,30 @@ TEST(Engine, QuantizedGreedyTextAloneAndBatched) {
     if (cpu::batch_invariant_matmul()) {
         EXPECT_EQ(max_diff, 0.0);
     }
+}
+
+// minfer batched-bench -o json: one JSON object per line on stdout and
+// nothing else, llama-batched-bench's fields, pl an integer; the table on
+// stderr; exit 0. With -pps the shared prompt's full pages are mapped.
+TEST(BatchedBench, JsonLinesOnStdout) {
+    auto r = minfer::testing::run_cli(
+        "batched-bench -c 1024 -b 64 -t 2 -npp 40 -ntg 4 -npl 1,3 -o json -pps");
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::istringstream lines(r.out);
+    std::string line;
+    std::vector<int64_t> pls;
+    while (std::getline(lines, line)) {
+        const nlohmann::json j = nlohmann::json::parse(line);  // throws on anything else
+        for (const char* f :
+             {"pp", "tg", "pl", "n_kv", "t_pp", "speed_pp", "t_tg", "speed_tg", "t", "speed"})
+            EXPECT_TRUE(j.contains(f)) << f;
+        EXPECT_TRUE(j["pl"].is_number_integer());
+        EXPECT_EQ(j["pp"], 40);
+        EXPECT_EQ(j["n_kv"], 40 + j["pl"].get<int64_t>() * 4);  // -pps: PP + B*TG
+        EXPECT_GT(j["speed_tg"].get<double>(), 0.0);
+        pls.push_back(j["pl"].get<int64_t>());
+    }
+    EXPECT_EQ(pls, (std::vector<int64_t>{1, 3}));
+    EXPECT_NE(r.err.find("S_TG t/s"), std::string::npos) << "the table goes to stderr";
+    EXPECT_NE(r.err.find("prefix hits 64 of 128 tokens"), std::string::npos) << r.err;
 }

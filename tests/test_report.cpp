@@ -428,10 +428,11 @@ TEST(Report, state_dump_writes_logits_and_kv_regions) {
     EXPECT_EQ(std::filesystem::file_size(dir / "logits.f32"), 264u * 4);
     ASSERT_EQ(j["kv"].size(), 4u);
     EXPECT_EQ(j["kv"][0]["name"], "kv.0.k");
-    EXPECT_EQ(j["kv"][0]["shape"], nlohmann::json({32, 16}));
-    EXPECT_EQ(std::filesystem::file_size(dir / "kv.0.k.f32"), 32u * 16 * 4);
+    // The regions hold whole KV pages: n_ctx 16 rounded up to one 32-cell page.
+    EXPECT_EQ(j["kv"][0]["shape"], nlohmann::json({32, 32}));
+    EXPECT_EQ(std::filesystem::file_size(dir / "kv.0.k.f32"), 32u * 32 * 4);
     // The first two rows were written by the prompt; the rest still zero.
-    std::vector<float> k(32 * 16);
+    std::vector<float> k(32 * 32);
     std::ifstream(dir / "kv.0.k.f32", std::ios::binary)
         .read(reinterpret_cast<char*>(k.data()), k.size() * 4);
     float row0 = 0, row5 = 0;
