@@ -115,6 +115,12 @@ MemoryReport MemoryRecorder::report() const {
     r.run.regrouped_bytes = session_.model().regrouped_bytes;
     r.run.weights_moved = r.run.regrouped_bytes > 0;  // interleave_weights moves all or none
     r.run.kernel_scratch_bytes = session_.kernel_scratch_bytes();
+    const graph::CParams& cp = session_.impl().cparams;
+    if (cp.kv_page > 0) {
+        r.run.kv_page_cells = cp.kv_page;
+        r.run.kv_pages = cp.n_ctx / cp.kv_page;
+        r.run.kv_pages_held = (session_.n_past() + cp.kv_page - 1) / cp.kv_page;
+    }
     return r;
 }
 
@@ -161,6 +167,15 @@ void print_text(const MemoryReport& r, std::FILE* out) {
                  format_bytes(run.kv_bytes).c_str(), format_bytes(run.kv_bytes_per_layer).c_str(),
                  static_cast<long long>(run.n_layer), format_bytes(run.weight_bytes).c_str(),
                  where.c_str());
+    if (run.kv_pages > 0)
+        std::fprintf(out,
+                     "  KV pages: %lld of %lld cells; the sequence holds %lld (pages 0..%lld), "
+                     "%lld free\n",
+                     static_cast<long long>(run.kv_pages),
+                     static_cast<long long>(run.kv_page_cells),
+                     static_cast<long long>(run.kv_pages_held),
+                     static_cast<long long>(run.kv_pages_held - 1),
+                     static_cast<long long>(run.kv_pages - run.kv_pages_held));
     std::fprintf(out,
                  "  kernel scratch %s (thread pool: quantized activations, GEMM panels, "
                  "attention scores)\n",
@@ -211,6 +226,9 @@ nlohmann::json to_json(const MemoryReport& r) {
           {"n_layer", run.n_layer},
           {"kv_bytes", run.kv_bytes},
           {"kv_bytes_per_layer", run.kv_bytes_per_layer},
+          {"kv_pages", run.kv_pages},
+          {"kv_page_cells", run.kv_page_cells},
+          {"kv_pages_held", run.kv_pages_held},
           {"weight_bytes", run.weight_bytes},
           {"weights_moved", run.weights_moved},
           {"regrouped_bytes", run.regrouped_bytes},

@@ -66,12 +66,15 @@ struct RunMemory {
     int64_t rebuilds_after_first_decode = 0;
     int64_t allocations_after_first_decode = 0;
     int64_t n_layer = 0;
-    size_t kv_bytes = 0;            // K and V regions of every layer
-    size_t kv_bytes_per_layer = 0;  // K + V of one layer
-    size_t weight_bytes = 0;        // every tensor of the file
-    bool weights_moved = false;     // out of the mapped file into anonymous memory
-    size_t regrouped_bytes = 0;     // of those, interleaved 16 rows at a time
+    size_t kv_bytes = 0;              // K and V regions of every layer
+    size_t kv_bytes_per_layer = 0;    // K + V of one layer
+    size_t weight_bytes = 0;          // every tensor of the file
+    bool weights_moved = false;       // out of the mapped file into anonymous memory
+    size_t regrouped_bytes = 0;       // of those, interleaved 16 rows at a time
     size_t kernel_scratch_bytes = 0;  // the CPU kernels' scratch (thread pool), peak
+    // The KV regions as pages (graph/kv_pages.h): how many, of how many
+    // cells, and how many the session's one sequence holds (pages 0..n-1).
+    int64_t kv_pages = 0, kv_page_cells = 0, kv_pages_held = 0;
 };
 
 struct MemoryReport {
