@@ -1,4 +1,4 @@
-// minfer bench -m MODEL -p 512 -n 128 -t N -r R: llama-bench's tests and
+// minfer bench -m MODEL -p 512 -n 128 [-d D] -t N -r R: llama-bench's tests and
 // table (or JSON with -o json) for one model. The table / JSON go to stdout.
 #include <cinttypes>
 #include <cstdio>
@@ -37,7 +37,7 @@ std::string describe(const model::Model& m, int64_t params) {
 
 int cmd_bench(int argc, char** argv, int first) {
     std::string model_path = default_model_path();
-    int64_t n_prompt = 512, n_gen = 128;
+    int64_t n_prompt = 512, n_gen = 128, n_depth = 0;
     int reps = 5;
     std::string output = "md";
     report::ObserveFlags observe;
@@ -46,22 +46,26 @@ int cmd_bench(int argc, char** argv, int first) {
     p.option({"-m", "--model"}, &model_path, "FILE", "GGUF model");
     p.option({"-p", "--n-prompt"}, &n_prompt, "N", "prompt tokens of the ppN test (0: skip it)");
     p.option({"-n", "--n-gen"}, &n_gen, "N", "generated tokens of the tgN test (0: skip it)");
+    p.option({"-d", "--n-depth"}, &n_depth, "N",
+             "tokens already in the cache before each test (filled once, untimed)");
     p.option({"-r", "--repetitions"}, &reps, "N", "timed repetitions per test (after one warm-up)");
     p.option({"-o", "--output"}, &output, "FMT", "md (a markdown table) or json");
     observe.add_to(p);
     eng.add_to(p, /*with_ctx=*/false);
     p.epilog(
-        "The context is n_prompt + n_gen; token ids are random; times exclude loading.\n"
-        "Example: minfer bench -m model.gguf -p 512 -n 128 -t 2 -r 5 -o json");
+        "The context is n_depth + n_prompt + n_gen; token ids are random; times exclude\n"
+        "loading and the depth fill.\n"
+        "Example: minfer bench -m model.gguf -p 512 -n 128 -d 4096 -t 2 -r 5 -o json");
     if (!p.parse(argc, argv, first)) return 0;
     if (output != "md" && output != "json") throw UsageError("-o must be md or json");
     if (reps < 1) throw UsageError("-r must be >= 1");
-    if (n_prompt < 0 || n_gen < 0) throw UsageError("-p and -n must be >= 0");
+    if (n_prompt < 0 || n_gen < 0 || n_depth < 0) throw UsageError("-p, -n and -d must be >= 0");
 
     model::Model model = eng.load_model(model_path);
     runtime::BenchParams bp;
     bp.n_prompt = n_prompt;
     bp.n_gen = n_gen;
+    bp.n_depth = n_depth;
     bp.reps = reps;
     bp.session = eng.session_options();
     if (bp.session.n_threads <= 0) bp.session.n_threads = ThreadPool::physical_cores();
@@ -85,6 +89,7 @@ int cmd_bench(int argc, char** argv, int first) {
                            {"type_k", kv},
                            {"n_prompt", r.n_prompt},
                            {"n_gen", r.n_gen},
+                           {"n_depth", r.n_depth},
                            {"test", r.test},
                            {"avg_ts", r.avg_ts},
                            {"stddev_ts", r.stddev_ts},

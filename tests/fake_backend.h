@@ -25,6 +25,7 @@ class FakeBackend : public backend::Backend {
         return pool.allocate_fresh(bytes);
     }
     void free(backend::BufferId id) override { pool.free(id); }
+    void release(backend::BufferId id) override { pool.release(id); }
     size_t buffer_bytes(backend::BufferId id) const override { return pool.buffer_bytes(id); }
     backend::PoolStats stats() const override { return pool.stats(); }
     void write_host(const backend::BufRef& dst, const void* src, size_t nbytes) override {

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "model/model.h"
+#include "runtime/bench.h"
 #include "tiny_model.h"
 
 using minfer::testing::run_cli;
@@ -161,4 +164,60 @@ TEST(Cli, HelpAndVersion) {
     r = run_cli("--version");
     EXPECT_EQ(r.code, 0);
     EXPECT_TRUE(has(r.out, "minfer "));
+}
+
+TEST(Cli, BenchAtDepthReportsTheDepthOfEveryTest) {
+    auto r = run_cli("bench -m " + tiny_model_path(512) + " -p 8 -n 4 -d 24 -r 2 -t 1 -o json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j.size(), 2u) << r.out;
+    EXPECT_EQ(j[0]["test"], "pp8 @ d24");
+    EXPECT_EQ(j[0]["n_prompt"], 8);
+    EXPECT_EQ(j[0]["n_gen"], 0);
+    EXPECT_EQ(j[1]["test"], "tg4 @ d24");
+    EXPECT_EQ(j[1]["n_prompt"], 0);
+    EXPECT_EQ(j[1]["n_gen"], 4);
+    for (const auto& t : j) {
+        EXPECT_EQ(t["n_depth"], 24);
+        EXPECT_EQ(t["samples_ts"].size(), 2u);
+        EXPECT_GT(t["avg_ts"].get<double>(), 0.0);
+        EXPECT_GE(t["stddev_ts"].get<double>(), 0.0);
+    }
+    // Without -d the depth is 0 and the names are llama-bench's plain ones.
+    auto r0 = run_cli("bench -m " + tiny_model_path(512) + " -p 8 -n 0 -r 1 -t 1 -o json");
+    ASSERT_EQ(r0.code, 0) << r0.err;
+    const auto j0 = nlohmann::json::parse(r0.out);
+    ASSERT_EQ(j0.size(), 1u);
+    EXPECT_EQ(j0[0]["test"], "pp8");
+    EXPECT_EQ(j0[0]["n_depth"], 0);
+    // A negative depth is a usage error.
+    auto bad = run_cli("bench -m " + tiny_model_path(512) + " -d -1");
+    EXPECT_EQ(bad.code, 2) << bad.err;
+    EXPECT_TRUE(has(bad.err, "-d")) << bad.err;
+}
+
+TEST(Cli, BenchDepthIsInTheCacheAndTheContextHoldsDepthPlusTests) {
+    const minfer::model::Model model = minfer::model::Model::load(tiny_model_path(512));
+    minfer::runtime::BenchParams bp;
+    bp.n_prompt = 6;
+    bp.n_gen = 3;
+    bp.n_depth = 20;
+    bp.reps = 1;
+    bp.session.n_threads = 1;
+    int64_t n_ctx = -1, n_past_at_start = -1, n_past_at_end = -1;
+    bp.on_start = [&](minfer::runtime::Session& s) {
+        n_ctx = s.n_ctx();
+        n_past_at_start = s.n_past();
+    };
+    bp.on_finish = [&](minfer::runtime::Session& s) { n_past_at_end = s.n_past(); };
+    const auto res = minfer::runtime::run_bench(model, bp);
+    ASSERT_EQ(res.size(), 2u);
+    EXPECT_EQ(n_ctx, 20 + 6 + 3);
+    EXPECT_EQ(n_past_at_start, 0);
+    // The last repetition of tg3 ran after the 20 depth tokens.
+    EXPECT_EQ(n_past_at_end, 20 + 3);
+    EXPECT_EQ(res[0].n_depth, 20);
+    EXPECT_EQ(res[1].n_depth, 20);
+    // The prompt test's operations count the depth's attention.
+    EXPECT_GT(minfer::runtime::prompt_ops(model, 6, 20), minfer::runtime::prompt_ops(model, 6, 0));
 }

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/attn.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
@@ -887,10 +888,56 @@ void expect_simd_attn_matches_scalar(const AttnSetup& s, DType kvt, int64_t n_to
 }
 }  // namespace
 
+namespace {
+// Caps the kernels at a level for one scope and restores the level before.
+struct IsaCap {
+    cpu::IsaLevel saved = cpu::isa_level();
+    explicit IsaCap(cpu::IsaLevel l) { cpu::set_isa_cap(l); }
+    ~IsaCap() { cpu::set_isa_cap(saved); }
+};
+// The x86 SIMD levels this CPU can run (the attention kernels exist for these).
+std::vector<cpu::IsaLevel> attn_simd_levels() {
+    std::vector<cpu::IsaLevel> out;
+    for (cpu::IsaLevel l : cpu::isa_levels_supported())
+        if (l == cpu::IsaLevel::Avx2 || l == cpu::IsaLevel::Avx512) out.push_back(l);
+    return out;
+}
+}  // namespace
+
+TEST(CpuAttn, EverySimdLevelMatchesTheScalarLoop) {
+    // The same cases as the two tests below, at each level in turn (an
+    // AVX-512 host runs the AVX2 kernels too): decode rows (2 tokens) and
+    // prompt chunks (21 tokens, causal masks inside a vector, GQA 7:1, 2:1,
+    // 1:1, head_dim 48, 64, 128).
+    const auto levels = attn_simd_levels();
+    if (levels.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
+    for (cpu::IsaLevel l : levels) {
+        IsaCap cap(l);
+        SCOPED_TRACE(cpu::isa_name(l));
+        ASSERT_TRUE(cpu::attn_simd_supported(64));
+        for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}})
+            for (DType kvt : {DType::F32, DType::F16}) {
+                expect_simd_attn_matches_scalar(s, kvt, 2, 37);
+                expect_simd_attn_matches_scalar(s, kvt, 1, 1);  // one key
+                expect_simd_attn_matches_scalar(s, kvt, 1, 8);  // one full 8-vector
+            }
+        for (AttnSetup s : {AttnSetup{14, 2, 64, 48}, AttnSetup{4, 2, 128, 48},
+                            AttnSetup{2, 2, 128, 48}, AttnSetup{4, 2, 48, 48}})
+            for (DType kvt : {DType::F32, DType::F16}) {
+                expect_simd_attn_matches_scalar(s, kvt, 21, 45);
+                expect_simd_attn_matches_scalar(s, kvt, 4, 4);  // keys < kKeysPerStep rows
+            }
+        if (HasFailure()) return;
+    }
+    // Scalar: no SIMD attention at all (the loop the others are compared with).
+    IsaCap cap(cpu::IsaLevel::Scalar);
+    EXPECT_FALSE(cpu::attn_simd_supported(64));
+}
+
 TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
     // Two tokens (the per-head kernel of decode): 37 cached rows (two full
     // 16-blocks and a masked tail), GQA 7:1 and 1:1, head_dim 64 and 128.
-    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no AVX-512";
+    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no SIMD attention at this ISA level";
     for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}})
         for (DType kvt : {DType::F32, DType::F16}) expect_simd_attn_matches_scalar(s, kvt, 2, 37);
 }
@@ -900,7 +947,7 @@ TEST(CpuAttn, ManyRowsPathMatchesScalarLoopForF32AndF16Caches) {
     // so blocks of tokens see different key counts (causal masking inside a
     // vector) and key counts not a multiple of 4; GQA 7:1 (112-row blocks),
     // 2:1, 1:1 and head_dim 48, 64, 128 (3, 4 and 8 vectors per row).
-    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no AVX-512";
+    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no SIMD attention at this ISA level";
     for (AttnSetup s : {AttnSetup{14, 2, 64, 48}, AttnSetup{4, 2, 128, 48},
                         AttnSetup{2, 2, 128, 48}, AttnSetup{4, 2, 48, 48}})
         for (DType kvt : {DType::F32, DType::F16}) expect_simd_attn_matches_scalar(s, kvt, 21, 45);

@@ -33,9 +33,10 @@ struct KvPair {
 
 struct PoolStats {
     size_t n_buffers = 0;    // ever created (ids are stable, never reused for other sizes)
-    size_t bytes = 0;        // sum of all buffers' sizes
+    size_t bytes = 0;        // sum of the sizes of the buffers not released
     size_t allocations = 0;  // buffers created (not recycled) since construction
     size_t recycled = 0;     // allocate() calls served from the free list
+    size_t released = 0;     // buffers whose memory went back to the system
 };
 
 class Backend {
@@ -51,6 +52,9 @@ class Backend {
     virtual BufferId allocate_fresh(size_t bytes) = 0;
     // Back to the free list (idempotent).
     virtual void free(BufferId id) = 0;
+    // The buffer's memory back to the system; the id is dead afterwards.
+    // A backend that cannot give memory back keeps it on its free list.
+    virtual void release(BufferId id) { free(id); }
     virtual size_t buffer_bytes(BufferId id) const = 0;
     virtual PoolStats stats() const = 0;
 

@@ -75,9 +75,28 @@ BufferId HostPool::allocate_fresh(size_t bytes) {
 
 void HostPool::free(BufferId id) {
     MINFER_ASSERT_MSG(id < bufs_.size(), "free of an unknown buffer id");
+    MINFER_ASSERT_MSG(!bufs_[id].released, "free of a released buffer");
     if (bufs_[id].free) return;
     bufs_[id].free = true;
     free_.push_back(id);
+}
+
+void HostPool::release(BufferId id) {
+    MINFER_ASSERT_MSG(id < bufs_.size(), "release of an unknown buffer id");
+    Buf& b = bufs_[id];
+    if (b.released) return;
+    if (b.free) free_.erase(std::find(free_.begin(), free_.end(), id));
+    b.mem.reset();
+    stats_.bytes -= b.bytes;
+    b.bytes = 0;
+    b.free = false;
+    b.released = true;
+    ++stats_.released;
+}
+
+bool HostPool::is_released(BufferId id) const {
+    MINFER_ASSERT_MSG(id < bufs_.size(), "unknown buffer id");
+    return bufs_[id].released;
 }
 
 size_t HostPool::buffer_bytes(BufferId id) const {
@@ -93,6 +112,7 @@ bool HostPool::is_free(BufferId id) const {
 const uint8_t* HostPool::resolve(const BufRef& ref) const {
     MINFER_ASSERT_MSG(ref.id < bufs_.size(), "BufRef names an unknown buffer id");
     const Buf& b = bufs_[ref.id];
+    MINFER_ASSERT_MSG(!b.released, "BufRef names a released buffer");
     MINFER_ASSERT_MSG(ref.offset <= b.bytes && ref.len <= b.bytes - ref.offset,
                       "BufRef window outside its buffer");
     return b.mem.get() + ref.offset;

@@ -1,6 +1,8 @@
 // A pool of host buffers shared by the CPU and the queue backends: stable
-// ids, memory that never moves (a queue records raw pointers), 64-byte
-// alignment for SIMD rows, exact-size free-list recycling.
+// ids, memory that never moves while its id is held (a queue records raw
+// pointers), 64-byte alignment for SIMD rows, exact-size free-list
+// recycling, and release() to give a buffer's memory back to the system
+// (the shared activation arena when it grows).
 #pragma once
 
 #include <cstddef>
@@ -22,6 +24,11 @@ class HostPool {
     // Always a new buffer (split staging must never see the free list).
     BufferId allocate_fresh(size_t bytes);
     void free(BufferId id);  // idempotent
+    // Give the buffer's memory back to the system now (not to the free
+    // list): its id is dead from here on (resolve and free assert), and its
+    // bytes leave stats().bytes. Idempotent.
+    void release(BufferId id);
+    bool is_released(BufferId id) const;
     size_t buffer_bytes(BufferId id) const;
     bool is_free(BufferId id) const;
     PoolStats stats() const { return stats_; }
@@ -43,6 +50,7 @@ class HostPool {
         std::unique_ptr<uint8_t[], AlignedDelete> mem;  // [bytes], 64-byte aligned
         size_t bytes = 0;
         bool free = false;
+        bool released = false;  // memory returned by release(); the id is dead
     };
     BufferId create(size_t bytes);
 

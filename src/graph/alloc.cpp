@@ -18,14 +18,6 @@ size_t class_size(size_t bytes) {
     return (bytes + kSizeClassStep - 1) / kSizeClassStep * kSizeClassStep;
 }
 
-size_t arena_class(size_t bytes) {
-    if (bytes <= kArenaAlign) return kArenaAlign;
-    size_t p = 1;
-    while (p * 2 <= bytes) p *= 2;
-    const size_t step = std::max(kArenaAlign, p / 16);
-    return (bytes + step - 1) / step * step;
-}
-
 namespace {
 
 std::string node_label(const Graph& g, NodeId id) {
@@ -73,14 +65,61 @@ const char* planner_name(Planner p) {
 }
 
 GraphAllocator::GraphAllocator(std::vector<backend::Backend*> backends, Planner planner)
-    : backends_(std::move(backends)), planner_(planner) {
+    : backends_(std::move(backends)), planner_(planner), arenas_(backends_.size()) {
     MINFER_ASSERT_MSG(!backends_.empty(), "the allocator needs at least one backend");
     for (auto* b : backends_) MINFER_ASSERT(b != nullptr);
 }
 
 GraphAllocator::~GraphAllocator() {
     for (auto& [slot, p] : plans_) free_plan(p);
+    for (size_t b = 0; b < arenas_.size(); ++b)
+        if (arenas_[b].bytes) backends_[b]->release(arenas_[b].id);
     for (const auto& pb : persistent_) backends_[pb.ref.backend]->free(pb.ref.id);
+}
+
+BufferId GraphAllocator::ensure_arena(BackendId b, size_t need) {
+    Arena& a = arenas_[static_cast<size_t>(b)];
+    if (a.bytes >= need) return a.id;
+    // Release before making the larger one, so the two never coexist (the
+    // peak is the new arena alone). Nothing in the old one is needed: no
+    // pass is running, and a pass's outputs were read before this rebuild.
+    const bool had = a.bytes != 0;
+    const BufferId old = a.id;
+    if (had) backend(b).release(old);
+    a.bytes = 0;
+    try {
+        a.id = backend(b).allocate_fresh(need);
+    } catch (const OutOfMemory& e) {
+        // Stored plans still name the released arena: drop them all, so no
+        // later use_plan can reach it (the cache rebuilds them).
+        for (auto& [slot, p] : plans_) free_plan(p);
+        plans_.clear();
+        current_ = -1;
+        throw OutOfMemory(e.bytes(), "the activations of one forward pass (the " +
+                                         std::string(backend(b).name()) + " arena)");
+    }
+    a.bytes = need;
+    ++counters_.arena_growths;
+    if (had)
+        for (auto& [slot, p] : plans_)
+            for (auto& ref : p.node_to_buf)
+                if (ref && ref->backend == b && ref->id == old) ref->id = a.id;
+    return a.id;
+}
+
+size_t GraphAllocator::arena_bytes(BackendId b) const {
+    MINFER_ASSERT(b >= 0 && static_cast<size_t>(b) < arenas_.size());
+    return arenas_[static_cast<size_t>(b)].bytes;
+}
+
+size_t GraphAllocator::activation_bytes_held() const {
+    size_t n = 0;
+    for (const Arena& a : arenas_) n += a.bytes;
+    for (const auto& [slot, p] : plans_) {
+        for (auto [b, id] : p.owned) n += backend(b).buffer_bytes(id);
+        for (const auto& [key, ref] : p.cross) n += backend(ref.backend).buffer_bytes(ref.id);
+    }
+    return n;
 }
 
 backend::Backend& GraphAllocator::backend(BackendId id) const {
@@ -101,9 +140,9 @@ const GraphAllocator::Plan& GraphAllocator::plan() const {
 
 void GraphAllocator::free_plan(Plan& p) {
     for (auto [b, id] : p.owned) backend(b).free(id);
-    // Staging rejoins the free list only now, at rebuild, where the next
-    // build's monotonic sweep makes recycling it safe (§2.7).
-    for (auto& [key, ref] : p.cross) backend(ref.backend).free(ref.id);
+    // Staging is minted fresh for every graph (never from the free list), so
+    // a freed staging buffer could only pile up: its memory goes back now.
+    for (auto& [key, ref] : p.cross) backend(ref.backend).release(ref.id);
     p.owned.clear();
     p.cross.clear();
 }
@@ -332,16 +371,11 @@ void GraphAllocator::plan_arena(const Graph& graph, Plan& p, std::vector<size_t>
             arena = std::max(arena, at + need);
             placed.push_back(i);
         }
-        // c) One arena buffer for the plan on this backend. Its size class
-        // lets a rebuild of nearly the same size recycle the previous arena.
-        BufferId arena_id;
-        try {
-            arena_id = backend(b).allocate(arena_class(arena));
-        } catch (const OutOfMemory& e) {
-            throw OutOfMemory(e.bytes(), "the activations of one forward pass (the " +
-                                             std::string(backend(b).name()) + " arena)");
-        }
-        p.owned.emplace_back(b, arena_id);
+        // c) The plan is placed at the start of the backend's shared arena,
+        // which grows only when this plan needs more than it holds.
+        arena = std::max(arena, kArenaAlign);  // never an empty arena (all-empty tensors)
+        const BufferId arena_id = ensure_arena(b, arena);
+        p.arena_need[static_cast<size_t>(b)] = arena;
         for (size_t i = 0; i < n; ++i)
             if (root[i] != kNone && node_backend(graph.nodes[i]) == b)
                 p.node_to_buf[i] = BufRef{b, arena_id, offset[root[i]], graph.nodes[i].nbytes()};
@@ -406,6 +440,7 @@ const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
     p.node_to_buf.assign(n, std::nullopt);
     p.aliased.assign(n, false);
     p.stats.planner = planner_;
+    p.arena_need.assign(backends_.size(), 0);
     if (planner_ == Planner::Arena)
         plan_arena(graph, p, last_use, pinned, n_consumers);
     else
@@ -417,14 +452,20 @@ const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
         ++p.stats.n_live;
         if (graph.nodes[i].op != Op::KvStore) p.stats.naive_bytes += graph.nodes[i].nbytes();
     }
-    p.stats.n_buffers = p.owned.size();
     p.stats.buffers_per_backend.assign(backends_.size(), 0);
     for (auto [b, bid] : p.owned) {
         p.stats.pool_bytes += backend(b).buffer_bytes(bid);
         ++p.stats.buffers_per_backend[static_cast<size_t>(b)];
     }
+    for (size_t b = 0; b < backends_.size(); ++b)
+        if (p.arena_need[b]) {
+            p.stats.pool_bytes += p.arena_need[b];
+            ++p.stats.buffers_per_backend[b];
+        }
+    for (size_t c : p.stats.buffers_per_backend) p.stats.n_buffers += c;
 
     ++counters_.graphs_allocated;
+    counters_.largest_plan_bytes = std::max(counters_.largest_plan_bytes, p.stats.pool_bytes);
     counters_.dead_nodes += p.stats.dead_nodes;
     counters_.aliased_nodes += p.stats.aliased_nodes;
     auto& stored = plans_[slot] = std::move(p);
@@ -449,8 +490,12 @@ const PlanStats& GraphAllocator::plan_stats() const {
 }
 
 std::vector<BufRef> GraphAllocator::plan_buffers() const {
+    const Plan& p = plan();
     std::vector<BufRef> out;
-    for (auto [b, id] : plan().owned) out.push_back(BufRef{b, id, 0, backend(b).buffer_bytes(id)});
+    for (auto [b, id] : p.owned) out.push_back(BufRef{b, id, 0, backend(b).buffer_bytes(id)});
+    for (size_t b = 0; b < p.arena_need.size(); ++b)
+        if (p.arena_need[b])
+            out.push_back(BufRef{static_cast<BackendId>(b), arenas_[b].id, 0, p.arena_need[b]});
     return out;
 }
 

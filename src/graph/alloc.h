@@ -9,6 +9,17 @@
 // the bookkeeping — one allocation plan per "slot" (the graph cache keeps
 // a prefill and a decode graph alive at once, slot = kind) plus the KV
 // regions shared by every plan.
+//
+// With the arena planner every plan of every slot lives in ONE activation
+// arena per backend, shared: plans of different slots never run at the same
+// time (a pass fills its inputs, executes, and its outputs are read before
+// the next pass starts), so they may overlap in bytes. The arena grows only
+// when a plan needs more than it holds — the old arena is released to the
+// system first, then one of exactly the new need is made and every stored
+// plan is pointed at it (their offsets still fit: it only grew) — and it
+// never shrinks. So the activation bytes held are the largest plan planned
+// so far, and once the largest pass has been planned nothing is allocated
+// again, whatever mix of prompt lengths and batch sizes follows.
 #pragma once
 
 #include <cstddef>
@@ -40,8 +51,8 @@ size_t class_size(size_t bytes);
 // How a plan places the live nodes of a graph.
 //  - Classes (the design's §2.3): one pool buffer per size class, recycled
 //    through a per-plan free list along the build-order sweep.
-//  - Arena: one arena buffer per backend per plan; every node gets an
-//    offset inside it, placed greedy-by-size (largest first, lowest offset
+//  - Arena: every node gets an offset inside the backend's shared
+//    activation arena, placed greedy-by-size (largest first, lowest offset
 //    that collides in time with no placed node) — TFLite's arena planner.
 //    Gets within a few percent of the lower bound on transformer graphs.
 enum class Planner { Arena, Classes };
@@ -51,11 +62,6 @@ Planner planner_from_env();
 const char* planner_name(Planner p);
 // Arena offsets are multiples of this (SIMD rows, cache lines).
 constexpr size_t kArenaAlign = 64;
-// Size of an arena buffer holding `bytes`: rounded up to 1/16 of its power
-// of two (at most 6.25% more, at least kArenaAlign steps), so a rebuild of
-// nearly the same size recycles the previous arena (the pool recycles by
-// exact length) without the 16 KiB steps of class_size.
-size_t arena_class(size_t bytes);
 
 // A region that is never freed and never recycled ("kv.<layer>.k" / ".v").
 struct PersistentBuf {
@@ -67,9 +73,11 @@ struct PersistentBuf {
 struct PlanStats {
     size_t n_nodes = 0;
     size_t n_live = 0;           // nodes with an output buffer
-    size_t n_buffers = 0;        // distinct pool buffers this plan holds (KV regions excluded)
+    size_t n_buffers = 0;        // distinct pool buffers this plan uses (KV regions excluded;
+                                 // arena: the shared arenas it is placed in)
     size_t naive_bytes = 0;      // every live node its own exact-size buffer (KV nodes excluded)
-    size_t pool_bytes = 0;       // bytes of the buffers this plan holds (its high-water mark)
+    size_t pool_bytes = 0;       // bytes this plan needs (its high-water mark; classes: the
+                                 // buffers it holds, arena: its extent in the shared arenas)
     size_t dead_nodes = 0;       // no consumers, not an output: no buffer
     size_t aliased_nodes = 0;    // in place on their src[0]'s buffer
     size_t staging_buffers = 0;  // split-boundary staging minted so far for this graph
@@ -83,8 +91,10 @@ struct AllocCounters {
     size_t staging_created = 0;  // allocate_fresh calls for staging
     size_t kv_regions = 0;
     size_t kv_bytes = 0;
-    size_t dead_nodes = 0;     // summed over all allocated graphs
-    size_t aliased_nodes = 0;  // summed over all allocated graphs
+    size_t dead_nodes = 0;          // summed over all allocated graphs
+    size_t aliased_nodes = 0;       // summed over all allocated graphs
+    size_t largest_plan_bytes = 0;  // max pool_bytes of any plan so far
+    size_t arena_growths = 0;       // times a shared arena was (re)made larger
 };
 
 class GraphAllocator {
@@ -134,6 +144,12 @@ class GraphAllocator {
     std::optional<KvPair> kv_pair(int32_t layer) const;
     const std::vector<PersistentBuf>& persistent() const { return persistent_; }
     const AllocCounters& counters() const { return counters_; }
+    // Activation bytes held right now over every backend: the shared arenas
+    // (arena planner), every plan's own buffers (classes planner) and split
+    // staging. KV regions excluded.
+    size_t activation_bytes_held() const;
+    // The shared arena's size on backend b (0: none yet / classes planner).
+    size_t arena_bytes(BackendId b) const;
     size_t n_backends() const { return backends_.size(); }
     backend::Backend& backend(BackendId id) const;
 
@@ -142,7 +158,8 @@ class GraphAllocator {
         size_t n_nodes = 0;
         std::vector<std::optional<BufRef>> node_to_buf;        // [n_nodes]
         std::vector<bool> aliased;                             // [n_nodes]
-        std::vector<std::pair<BackendId, BufferId>> owned;     // every buffer of the plan
+        std::vector<std::pair<BackendId, BufferId>> owned;     // classes: every buffer of the plan
+        std::vector<size_t> arena_need;                        // arena: [n_backends] extent used
         std::map<std::pair<NodeId, BackendId>, BufRef> cross;  // staging
         PlanStats stats;
     };
@@ -158,6 +175,9 @@ class GraphAllocator {
     // The KV arm shared by both planners: makes the layer's regions; true
     // when the node's buffer is the K region (a KvStore) and it is placed.
     bool place_kv(const Graph& graph, NodeId id, Plan& p);
+    // The shared arena of backend b, grown to at least `need` bytes (stored
+    // plans re-pointed at it); returns its id.
+    BufferId ensure_arena(BackendId b, size_t need);
 
     std::vector<backend::Backend*> backends_;
     Planner planner_;
@@ -165,6 +185,11 @@ class GraphAllocator {
     int current_ = -1;
     std::map<int32_t, KvPair> kv_;
     std::vector<PersistentBuf> persistent_;
+    struct Arena {
+        BufferId id = 0;
+        size_t bytes = 0;  // 0: not made yet
+    };
+    std::vector<Arena> arenas_;  // [n_backends]: the shared activation arenas
     AllocCounters counters_;
 };
 

@@ -22,6 +22,10 @@ Graph& GraphCache::replace(const GraphParams& params, Graph graph) {
         alloc_.alloc_graph(*stored, params.kind);
     } catch (...) {
         alloc_.release_plan(params.kind);
+        // A failed arena growth drops every plan (they named the released
+        // arena): forget the graphs whose plan is gone.
+        for (auto it = entries_.begin(); it != entries_.end();)
+            it = alloc_.has_plan(it->first) ? std::next(it) : entries_.erase(it);
         throw;
     }
     ++rebuilds_;

@@ -107,6 +107,11 @@ MemoryReport MemoryRecorder::report() const {
     r.run.rebuilds_after_first_decode = s.rebuilds_after_first_decode;
     r.run.allocations_after_first_decode = s.allocations_after_first_decode;
     const graph::GraphAllocator& alloc = session_.impl().cache->allocator();
+    r.run.activation_bytes_held = alloc.activation_bytes_held();
+    r.run.activation_bytes_at_warmup = s.activation_bytes_at_warmup;
+    r.run.activation_growth_after_warmup = s.activation_growth_after_warmup;
+    r.run.largest_plan_bytes = alloc.counters().largest_plan_bytes;
+    r.run.arena_growths = alloc.counters().arena_growths;
     r.run.n_layer = session_.model().hp.n_layer;
     r.run.kv_bytes = alloc.counters().kv_bytes;
     const size_t layers_with_kv = alloc.counters().kv_regions / 2;
@@ -181,8 +186,15 @@ void print_text(const MemoryReport& r, std::FILE* out) {
                  "attention scores)\n",
                  format_bytes(run.kernel_scratch_bytes).c_str());
     std::fprintf(out,
-                 "  run: %lld passes, %lld decode steps, %lld graphs built, rebuilds after the "
-                 "first decode %lld, buffers allocated after the first decode %lld\n",
+                 "  activations held %s (largest plan %s, arena grown %zu times); after warm-up "
+                 "(the first decode step) %s, grown since by %s\n",
+                 format_bytes(run.activation_bytes_held).c_str(),
+                 format_bytes(run.largest_plan_bytes).c_str(), run.arena_growths,
+                 format_bytes(run.activation_bytes_at_warmup).c_str(),
+                 format_bytes(run.activation_growth_after_warmup).c_str());
+    std::fprintf(out,
+                 "  run: %lld passes, %lld decode steps, %lld graphs built; after the first "
+                 "decode (every pass, prefill too): rebuilds %lld, buffers allocated %lld\n",
                  static_cast<long long>(run.passes), static_cast<long long>(run.decode_steps),
                  static_cast<long long>(run.graphs_built),
                  static_cast<long long>(run.rebuilds_after_first_decode),
@@ -223,6 +235,11 @@ nlohmann::json to_json(const MemoryReport& r) {
           {"graphs_built", run.graphs_built},
           {"rebuilds_after_first_decode", run.rebuilds_after_first_decode},
           {"allocations_after_first_decode", run.allocations_after_first_decode},
+          {"activation_bytes_held", run.activation_bytes_held},
+          {"activation_bytes_at_warmup", run.activation_bytes_at_warmup},
+          {"activation_growth_after_warmup", run.activation_growth_after_warmup},
+          {"largest_plan_bytes", run.largest_plan_bytes},
+          {"arena_growths", run.arena_growths},
           {"n_layer", run.n_layer},
           {"kv_bytes", run.kv_bytes},
           {"kv_bytes_per_layer", run.kv_bytes_per_layer},

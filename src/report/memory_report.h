@@ -63,8 +63,15 @@ struct RunMemory {
     int64_t passes = 0;
     int64_t decode_steps = 0;
     int64_t graphs_built = 0;
+    // Warm-up = every pass up to and including the first decode step; these
+    // count every later pass, prefill or decode.
     int64_t rebuilds_after_first_decode = 0;
     int64_t allocations_after_first_decode = 0;
+    size_t activation_bytes_held = 0;           // at the end of the run, every backend
+    size_t activation_bytes_at_warmup = 0;      // after the first decode step
+    size_t activation_growth_after_warmup = 0;  // peak held after warm-up minus held at it
+    size_t largest_plan_bytes = 0;              // the largest plan (held can be no less)
+    size_t arena_growths = 0;                   // times a shared arena was made larger
     int64_t n_layer = 0;
     size_t kv_bytes = 0;              // K and V regions of every layer
     size_t kv_bytes_per_layer = 0;    // K + V of one layer

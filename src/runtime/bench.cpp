@@ -50,7 +50,7 @@ double decode_bytes_per_token(const model::Model& model) {
     return bytes;
 }
 
-double prompt_ops(const model::Model& model, int64_t n) {
+double prompt_ops(const model::Model& model, int64_t n, int64_t n_depth) {
     const auto& hp = model.hp;
     const double nt = static_cast<double>(n);
     const double per_layer =
@@ -58,47 +58,58 @@ double prompt_ops(const model::Model& model, int64_t n) {
         static_cast<double>(hp.n_embd_q()) * static_cast<double>(hp.n_embd) +
         3.0 * static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_ff);
     double ops = 2.0 * nt * per_layer * static_cast<double>(hp.n_layer);
-    // Attention: token t sees t + 1 keys; QK^T and PV, head_dim each, per head.
-    const double pairs = nt * (nt + 1) / 2;
+    // Attention: token t sees n_depth + t + 1 keys; QK^T and PV, head_dim
+    // each, per head.
+    const double pairs = nt * (nt + 1) / 2 + nt * static_cast<double>(n_depth);
     ops += 2.0 * 2.0 * pairs * static_cast<double>(hp.n_embd_q()) * static_cast<double>(hp.n_layer);
     ops += 2.0 * static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_vocab);
     return ops;
 }
 
 std::vector<BenchResult> run_bench(const model::Model& model, const BenchParams& p) {
-    if (p.n_prompt < 0 || p.n_gen < 0) throw Error("bench: -p and -n must be >= 0");
+    if (p.n_prompt < 0 || p.n_gen < 0 || p.n_depth < 0)
+        throw Error("bench: -p, -n and -d must be >= 0");
     if (p.reps < 1) throw Error("bench: -r must be >= 1");
     SessionOptions so = p.session;
-    so.n_ctx = std::max<int64_t>(1, p.n_prompt + p.n_gen);
+    so.n_ctx = std::max<int64_t>(1, p.n_depth + p.n_prompt + p.n_gen);
     Session session(model, so);
     if (p.on_start) p.on_start(session);
     std::mt19937 rng(p.seed);
     const int64_t n_vocab = model.hp.n_vocab;
     std::vector<BenchResult> out;
+    const std::string at_depth = p.n_depth > 0 ? " @ d" + std::to_string(p.n_depth) : "";
+
+    // The depth, untimed and once: rows [0, n_depth) stay valid because a
+    // test only writes rows from n_depth on and truncate() keeps the rest.
+    if (p.n_depth > 0 && (p.n_prompt > 0 || p.n_gen > 0))
+        (void)session.eval(random_tokens(rng, n_vocab, p.n_depth));
 
     if (p.n_prompt > 0) {
         BenchResult r;
-        r.test = "pp" + std::to_string(p.n_prompt);
+        r.test = "pp" + std::to_string(p.n_prompt) + at_depth;
         r.n_prompt = p.n_prompt;
+        r.n_depth = p.n_depth;
         const std::vector<int32_t> tokens = random_tokens(rng, n_vocab, p.n_prompt);
         for (int rep = -1; rep < p.reps; ++rep) {  // rep -1: the warm-up
-            session.truncate(0);
+            session.truncate(p.n_depth);
             const auto t0 = Clock::now();
             (void)session.eval(tokens);
             const double s = std::chrono::duration<double>(Clock::now() - t0).count();
             if (rep >= 0) r.samples_ts.push_back(static_cast<double>(p.n_prompt) / s);
         }
         summarize(r);
-        r.gops = prompt_ops(model, p.n_prompt) * r.avg_ts / static_cast<double>(p.n_prompt) / 1e9;
+        r.gops = prompt_ops(model, p.n_prompt, p.n_depth) * r.avg_ts /
+                 static_cast<double>(p.n_prompt) / 1e9;
         out.push_back(std::move(r));
     }
     if (p.n_gen > 0) {
         BenchResult r;
-        r.test = "tg" + std::to_string(p.n_gen);
+        r.test = "tg" + std::to_string(p.n_gen) + at_depth;
         r.n_gen = p.n_gen;
+        r.n_depth = p.n_depth;
         const std::vector<int32_t> tokens = random_tokens(rng, n_vocab, p.n_gen);
         for (int rep = -1; rep < p.reps; ++rep) {
-            session.truncate(0);
+            session.truncate(p.n_depth);
             const int64_t n = rep < 0 ? 1 : p.n_gen;  // llama-bench warms up with one token
             const auto t0 = Clock::now();
             for (int64_t i = 0; i < n; ++i)

@@ -1,7 +1,10 @@
 // Whole-model throughput as llama-bench measures it: a prompt test (ppN: N
-// random tokens from an empty cache, logits of the last row only) and a
-// generation test (tgN: N single-token passes from an empty cache), each
-// repeated after one warm-up run, timed without loading or tokenization.
+// random tokens, logits of the last row only) and a generation test (tgN: N
+// single-token passes), each repeated after one warm-up run, timed without
+// loading or tokenization. With a depth D (llama-bench's -d) every test
+// starts with D tokens already in the cache: they are evaluated once, untimed,
+// and every repetition truncates the sequence back to D (the rows the test
+// wrote are overwritten by the next one), so it attends over D + its own.
 #pragma once
 
 #include <cstdint>
@@ -17,18 +20,20 @@ namespace minfer::runtime {
 struct BenchParams {
     int64_t n_prompt = 512;  // 0: no prompt test
     int64_t n_gen = 128;     // 0: no generation test
+    int64_t n_depth = 0;     // tokens in the cache before each test (untimed)
     int reps = 5;
     uint32_t seed = 42;      // of the random token ids
-    SessionOptions session;  // n_ctx is set to n_prompt + n_gen (as llama-bench)
+    SessionOptions session;  // n_ctx is set to n_depth + n_prompt + n_gen
     // Called with the session before the first test and after the last one
     // (the memory report attaches its recorders and prints through these).
     std::function<void(Session&)> on_start, on_finish;
 };
 
 struct BenchResult {
-    std::string test;  // "pp512" / "tg128"
+    std::string test;  // "pp512" / "tg128" / "pp512 @ d4096"
     int64_t n_prompt = 0;
     int64_t n_gen = 0;
+    int64_t n_depth = 0;
     std::vector<double> samples_ts;  // tokens/s of each repetition
     double avg_ts = 0, stddev_ts = 0;
     // Generation: weight bytes streamed per token times tokens/s.
@@ -41,10 +46,10 @@ struct BenchResult {
 // token-embedding table (one row of it is read), which counts in full when
 // the output matrix is tied to it.
 double decode_bytes_per_token(const model::Model& model);
-// Operations (2 per multiply-add) of a prompt pass of n tokens from an empty
-// cache: the weight matmuls and the causal attention scores and sums. The
-// logits matmul counts one row (only the last row is computed).
-double prompt_ops(const model::Model& model, int64_t n_tokens);
+// Operations (2 per multiply-add) of a prompt pass of n tokens after n_depth
+// cached ones: the weight matmuls and the causal attention scores and sums.
+// The logits matmul counts one row (only the last row is computed).
+double prompt_ops(const model::Model& model, int64_t n_tokens, int64_t n_depth = 0);
 // Number of weight elements (llama-bench's "params").
 int64_t model_params(const model::Model& model);
 

@@ -148,21 +148,27 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
                 .read_host(ref, dst, static_cast<size_t>(n_out * n_vocab) * sizeof(float));
         }
 
-        // Counters for the memory report: after the first decode step, a
-        // decode step must neither rebuild nor allocate.
+        // Counters for the memory report. Warm-up ends with the first
+        // decode step; every later pass (prefill or decode) is counted.
         ++stats_.passes;
         if (rebuilt)
             ++stats_.graphs_built;
         else
             ++stats_.graphs_reused;
-        if (n == 1) {
-            if (stats_.decode_steps > 0) {
-                if (rebuilt) ++stats_.rebuilds_after_first_decode;
-                stats_.allocations_after_first_decode +=
-                    static_cast<int64_t>(impl_->pool_allocations() - allocs_before);
-            }
-            ++stats_.decode_steps;
+        const bool warm = stats_.decode_steps > 0;
+        if (warm) {
+            if (rebuilt) ++stats_.rebuilds_after_first_decode;
+            stats_.allocations_after_first_decode +=
+                static_cast<int64_t>(impl_->pool_allocations() - allocs_before);
         }
+        if (n == 1) ++stats_.decode_steps;
+        const size_t held = alloc.activation_bytes_held();
+        stats_.activation_bytes_held = held;
+        stats_.activation_bytes_peak = std::max(stats_.activation_bytes_peak, held);
+        if (!warm && n == 1) stats_.activation_bytes_at_warmup = held;
+        if (warm && held > stats_.activation_bytes_at_warmup)
+            stats_.activation_growth_after_warmup = std::max(
+                stats_.activation_growth_after_warmup, held - stats_.activation_bytes_at_warmup);
         n_past_ += n;
         done += n;
     }

@@ -35,8 +35,16 @@ struct SessionStats {
     int64_t decode_steps = 0;   // passes of one token
     int64_t graphs_built = 0;   // builds (cache misses)
     int64_t graphs_reused = 0;  // cache hits
+    // Warm-up is every pass up to and including the first decode step; the
+    // counters below cover EVERY later pass (a prefill of a later chat turn
+    // as much as a decode step).
     int64_t rebuilds_after_first_decode = 0;
     int64_t allocations_after_first_decode = 0;  // pool buffers created after the first decode step
+    size_t activation_bytes_held = 0;            // after the last pass (KV regions excluded)
+    size_t activation_bytes_at_warmup = 0;       // after the first decode step
+    size_t activation_bytes_peak = 0;            // max held after any pass
+    // Bytes the activations grew by after warm-up: peak after it minus held at it.
+    size_t activation_growth_after_warmup = 0;
 };
 
 class Session {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "backend/cpu/isa.h"
 #include "util/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -270,20 +271,349 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
     kPv[static_cast<size_t>(hd / 16 - 1)](st, st_stride, rows, row_kv, vr, k_stride, outs);
 }
 
+// ---- AVX2 (256-bit, FMA, F16C): the same two kernels, 8 lanes ----
+// Same split and arithmetic contract as the AVX-512 pair above: q (and with
+// an f16 cache the probabilities) rounded through f16 as ggml; the softmax
+// sums each 16 exponentials in float, then in double. The work over keys is
+// done by small functions over a contiguous run of rows (a row pointer and
+// a count), so a loop over non-contiguous runs (cache pages) can wrap them.
+
+#define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+MINFER_AVX2 inline __m256 load8(bool f16, const void* base, int64_t i) {
+    if (f16)
+        return _mm256_cvtph_ps(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i)));
+    return _mm256_loadu_ps(static_cast<const float*>(base) + i);
+}
+
+MINFER_AVX2 inline __m256 round_f16_8(__m256 x) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+MINFER_AVX2 inline float hsum8(__m256 x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+MINFER_AVX2 inline float hmax8(__m256 x) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// exp(x) for x <= 88, as simd::exp_ps (degree-6 Taylor on the reduced
+// argument), with 2^n built in the exponent bits (AVX2 has no scalef);
+// x below -87 (where 2^n would leave the normal range, and -inf for masked
+// keys) gives exactly 0.
+MINFER_AVX2 inline __m256 exp8(__m256 x) {
+    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+constexpr int kMaxVecs8 = 2 * kMaxVecs;  // head_dim <= 256 in 8-float vectors
+
+// Scores of one query against `count` contiguous key rows (k: the first
+// row's head slice, rows kv_row elements apart): s[j] = q . k_j * scale.
+MINFER_AVX2 void head_scores_run_avx2(bool f16, const __m256* qv, int nv, const void* k,
+                                      int64_t kv_row, int64_t count, float scale, float* s) {
+    for (int64_t j = 0; j < count; ++j) {
+        const int64_t base = j * kv_row;
+        __m256 a0 = _mm256_mul_ps(qv[0], load8(f16, k, base));
+        __m256 a1 = _mm256_mul_ps(qv[1], load8(f16, k, base + 8));
+        for (int i = 2; i < nv; i += 2) {
+            a0 = _mm256_fmadd_ps(qv[i], load8(f16, k, base + 8 * i), a0);
+            a1 = _mm256_fmadd_ps(qv[i + 1], load8(f16, k, base + 8 * i + 8), a1);
+        }
+        s[j] = hsum8(_mm256_add_ps(a0, a1)) * scale;
+    }
+}
+
+// acc[0..nv) += sum_j p_j v_j over `count` contiguous value rows (v: the
+// first row's head slice); p already normalized (and f16-rounded).
+MINFER_AVX2 void head_pv_run_avx2(bool f16, const float* p, const void* v, int64_t kv_row,
+                                  int64_t count, int nv, __m256* acc) {
+    for (int64_t j = 0; j < count; ++j) {
+        const __m256 pv = _mm256_set1_ps(p[j]);
+        const int64_t base = j * kv_row;
+        for (int i = 0; i < nv; ++i)
+            acc[i] = _mm256_fmadd_ps(pv, load8(f16, v, base + 8 * i), acc[i]);
+    }
+}
+
+// Element pointer of row `row`, element `off` of a region of f32 or f16.
+inline const void* kv_at(bool f16, const void* base, int64_t kv_row, int64_t row, int64_t off) {
+    const int64_t e = row * kv_row + off;
+    return f16 ? static_cast<const void*>(static_cast<const uint16_t*>(base) + e)
+               : static_cast<const void*>(static_cast<const float*>(base) + e);
+}
+
+MINFER_AVX2 void attn_head_avx2(bool f16, const float* q, const void* k, const void* v,
+                                int64_t kv_row, int64_t off, int64_t n_kv, int64_t hd, float scale,
+                                float* s, float* o) {
+    const int nv = static_cast<int>(hd / 8);  // even: hd % 16 == 0
+    __m256 qv[kMaxVecs8];
+    for (int i = 0; i < nv; ++i) {
+        qv[i] = _mm256_loadu_ps(q + 8 * i);
+        if (f16) qv[i] = round_f16_8(qv[i]);
+    }
+    // Scores (one contiguous run here), their maximum.
+    head_scores_run_avx2(f16, qv, nv, kv_at(f16, k, kv_row, 0, off), kv_row, n_kv, scale, s);
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= n_kv; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
+    float m = hmax8(mx);
+    for (; j < n_kv; ++j) m = std::max(m, s[j]);
+    // Softmax: exp(s - max), the sum per 16 in float, then in double.
+    double sum = 0;
+    const __m256 vm = _mm256_set1_ps(m);
+    for (j = 0; j < n_kv; j += 16) {
+        __m256 part = _mm256_setzero_ps();
+        for (int64_t h = j; h < std::min(n_kv, j + 16); h += 8) {
+            const int64_t left = n_kv - h;
+            if (left >= 8) {
+                const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + h), vm));
+                _mm256_storeu_ps(s + h, e);
+                part = _mm256_add_ps(part, e);
+            } else {
+                alignas(32) float t[8];
+                for (int u = 0; u < 8; ++u) t[u] = u < left ? s[h + u] : -INFINITY;
+                const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(t), vm));
+                _mm256_store_ps(t, e);
+                for (int u = 0; u < left; ++u) s[h + u] = t[u];
+                part = _mm256_add_ps(part, e);
+            }
+        }
+        sum += static_cast<double>(hsum8(part));
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (j = 0; j < n_kv; ++j) {
+        float p = s[j] * inv;
+        if (f16) p = _cvtsh_ss(_cvtss_sh(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        s[j] = p;
+    }
+    // out = sum_j p_j v_j, at most 8 vectors of the head in registers at a time.
+    for (int c0 = 0; c0 < nv; c0 += 8) {
+        const int nc = std::min(8, nv - c0);
+        __m256 acc[8];
+        for (int i = 0; i < nc; ++i) acc[i] = _mm256_setzero_ps();
+        head_pv_run_avx2(f16, s, kv_at(f16, v, kv_row, 0, off + 8 * c0), kv_row, n_kv, nc, acc);
+        for (int i = 0; i < nc; ++i) _mm256_storeu_ps(o + 8 * (c0 + i), acc[i]);
+    }
+}
+
+// ---- many query rows at once, 8 rows per vector ----
+
+// Rows of an f16 cache as floats: `count` contiguous rows (src: the first
+// row's head slice) into dst [count][hd].
+MINFER_AVX2 void rows_to_f32_run_avx2(const uint16_t* src, int64_t kv_row, int64_t count,
+                                      int64_t hd, float* dst) {
+    for (int64_t j = 0; j < count; ++j)
+        for (int64_t d = 0; d < hd; d += 8)
+            _mm256_storeu_ps(dst + j * hd + d, load8(true, src, j * kv_row + d));
+}
+
+// Scores of one 8-row block against keys [j0, j0 + count) (k: key j0's row,
+// k_stride floats apart; count a multiple of kKeysPerStep, rows past
+// n_kv_max clamped to the last one): st[j][lane] = q_lane . k_j * scale, or
+// -inf for keys at or past the lane's n_kv.
+MINFER_AVX2 void rows_scores_run_avx2(const float* qt, int64_t hd, const float* k, int64_t k_stride,
+                                      int64_t j0, int64_t count, int64_t n_kv_max, __m256i lane_kv,
+                                      float scale, float* st, int64_t st_stride) {
+    const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < count; j += kKeysPerStep) {
+        __m256 acc[kKeysPerStep];
+        const float* kj[kKeysPerStep];
+        for (int u = 0; u < kKeysPerStep; ++u) {
+            acc[u] = _mm256_setzero_ps();
+            kj[u] = k + (std::min(j0 + j + u, n_kv_max - 1) - j0) * k_stride;
+        }
+        for (int64_t d = 0; d < hd; ++d) {
+            const __m256 qd = _mm256_loadu_ps(qt + d * 8);
+            for (int u = 0; u < kKeysPerStep; ++u)
+                acc[u] = _mm256_fmadd_ps(qd, _mm256_broadcast_ss(kj[u] + d), acc[u]);
+        }
+        for (int u = 0; u < kKeysPerStep; ++u) {
+            const __m256 live = _mm256_castsi256_ps(
+                _mm256_cmpgt_epi32(lane_kv, _mm256_set1_epi32(static_cast<int32_t>(j0 + j + u))));
+            _mm256_storeu_ps(st + (j + u) * st_stride,
+                             _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[u], vscale), live));
+        }
+    }
+}
+
+// out[r][c0 * 8 ..] += sum_j p[j][r] * v_j over `count` contiguous value rows
+// (v: the first row's columns c0 * 8 ..), NC vectors per row, R rows in
+// registers; keys a row does not see have p = 0.
+template <int NC>
+MINFER_AVX2 void rows_pv_run_avx2(const float* p, int64_t p_stride, int64_t r0, int nr,
+                                  const float* v, int64_t v_row, int64_t count, __m256* acc) {
+    constexpr int R = NC >= 8 ? 1 : 8 / NC > 4 ? 4 : 8 / NC;
+    for (int64_t j = 0; j < count; ++j) {
+        const float* vj = v + j * v_row;
+        __m256 vv[NC];
+        for (int u = 0; u < NC; ++u) vv[u] = _mm256_loadu_ps(vj + 8 * u);
+        for (int i = 0; i < R; ++i) {
+            if (i >= nr) break;
+            const __m256 pj = _mm256_broadcast_ss(p + j * p_stride + r0 + i);
+            for (int u = 0; u < NC; ++u)
+                acc[i * NC + u] = _mm256_fmadd_ps(pj, vv[u], acc[i * NC + u]);
+        }
+    }
+}
+
+template <int NC>
+MINFER_AVX2 void rows_pv_avx2(const float* p, int64_t p_stride, int64_t rows,
+                              const int32_t* n_kv_row, const float* v, int64_t v_row, int c0,
+                              float* const* out) {
+    constexpr int R = NC >= 8 ? 1 : 8 / NC > 4 ? 4 : 8 / NC;
+    for (int64_t r0 = 0; r0 < rows; r0 += R) {
+        const int nr = static_cast<int>(std::min<int64_t>(R, rows - r0));
+        int64_t n_kv = 0;
+        for (int i = 0; i < nr; ++i) n_kv = std::max<int64_t>(n_kv, n_kv_row[r0 + i]);
+        __m256 acc[R * NC];
+        for (int i = 0; i < R * NC; ++i) acc[i] = _mm256_setzero_ps();
+        rows_pv_run_avx2<NC>(p, p_stride, r0, nr, v + 8 * c0, v_row, n_kv, acc);
+        for (int i = 0; i < nr; ++i)
+            for (int u = 0; u < NC; ++u)
+                _mm256_storeu_ps(out[r0 + i] + 8 * (c0 + u), acc[i * NC + u]);
+    }
+}
+
+MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
+    const int64_t hd = a.hd, rows = a.n_tokens * a.group, nrv = (rows + 7) / 8;
+    int64_t n_kv_max = 0;
+    for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
+    const int64_t n_kv_pad = (n_kv_max + kKeysPerStep - 1) / kKeysPerStep * kKeysPerStep;
+    // scratch (fits attn_rows_scratch_floats, sized for 16 lanes): q^T
+    // [nrv][hd][8] | scores [n_kv_pad][nrv * 8] | row n_kv [nrv * 8] | with
+    // f16: K and V rows as floats [n_kv_pad][hd] each
+    float* qt = scratch;
+    float* st = qt + nrv * hd * 8;
+    const int64_t st_stride = nrv * 8;
+    auto* row_kv = reinterpret_cast<int32_t*>(st + n_kv_pad * st_stride);
+    float* kf = reinterpret_cast<float*>(row_kv + st_stride);
+    float* vf = kf + n_kv_pad * hd;
+
+    for (int64_t r = 0; r < st_stride; ++r) {
+        row_kv[r] = r < rows ? a.n_kv[r / a.group] : 1;  // padding rows see key 0 only
+        for (int64_t d = 0; d < hd; ++d) {
+            float x = 0.0f;
+            if (r < rows) {
+                x = a.q[(r / a.group) * a.q_stride + (r % a.group) * hd + d];
+                if (a.f16)
+                    x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            }
+            qt[((r / 8) * hd + d) * 8 + r % 8] = x;
+        }
+    }
+    // K and V rows as floats (an f16 cache is converted once per call).
+    const float* kr = static_cast<const float*>(a.k) + a.off;
+    const float* vr = static_cast<const float*>(a.v) + a.off;
+    int64_t k_stride = a.kv_row;
+    if (a.f16) {
+        rows_to_f32_run_avx2(static_cast<const uint16_t*>(a.k) + a.off, a.kv_row, n_kv_max, hd, kf);
+        rows_to_f32_run_avx2(static_cast<const uint16_t*>(a.v) + a.off, a.kv_row, n_kv_max, hd, vf);
+        kr = kf;
+        vr = vf;
+        k_stride = hd;
+    }
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    for (int64_t rv = 0; rv < nrv; ++rv) {
+        const __m256i lane_kv =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_kv + rv * 8));
+        float* stv = st + rv * 8;
+        rows_scores_run_avx2(qt + rv * hd * 8, hd, kr, k_stride, 0, n_kv_pad, n_kv_max, lane_kv,
+                             a.scale, stv, st_stride);
+        // Softmax down each lane, as attn_rows_avx512.
+        __m256 mx = ninf;
+        for (int64_t j = 0; j < n_kv_max; ++j)
+            mx = _mm256_max_ps(mx, _mm256_loadu_ps(stv + j * st_stride));
+        __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
+        for (int64_t j0 = 0; j0 < n_kv_max; j0 += 16) {
+            __m256 part = _mm256_setzero_ps();
+            for (int64_t j = j0; j < std::min(n_kv_max, j0 + 16); ++j) {
+                float* sj = stv + j * st_stride;
+                const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sj), mx));
+                _mm256_storeu_ps(sj, e);
+                part = _mm256_add_ps(part, e);
+            }
+            sum_lo = _mm256_add_pd(sum_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(part)));
+            sum_hi = _mm256_add_pd(sum_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(part, 1)));
+        }
+        const __m256d one = _mm256_set1_pd(1.0);
+        const __m256 inv = _mm256_insertf128_ps(
+            _mm256_castps128_ps256(_mm256_cvtpd_ps(_mm256_div_pd(one, sum_lo))),
+            _mm256_cvtpd_ps(_mm256_div_pd(one, sum_hi)), 1);
+        for (int64_t j = 0; j < n_kv_max; ++j) {
+            float* sj = stv + j * st_stride;
+            __m256 p = _mm256_mul_ps(_mm256_loadu_ps(sj), inv);
+            if (a.f16) p = round_f16_8(p);
+            _mm256_storeu_ps(sj, p);
+        }
+    }
+    // out = P V, in column chunks of at most 8 vectors (AVX2 has 16 registers).
+    float* outs[kMaxRows];
+    for (int64_t r = 0; r < rows; ++r)
+        outs[r] = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
+    const int nv = static_cast<int>(hd / 8);
+    for (int c0 = 0; c0 < nv; c0 += 8) {
+        switch (std::min(8, nv - c0)) {
+            case 2:
+                rows_pv_avx2<2>(st, st_stride, rows, row_kv, vr, k_stride, c0, outs);
+                break;
+            case 4:
+                rows_pv_avx2<4>(st, st_stride, rows, row_kv, vr, k_stride, c0, outs);
+                break;
+            case 6:
+                rows_pv_avx2<6>(st, st_stride, rows, row_kv, vr, k_stride, c0, outs);
+                break;
+            default:
+                rows_pv_avx2<8>(st, st_stride, rows, row_kv, vr, k_stride, c0, outs);
+                break;
+        }
+    }
+}
+
 }  // namespace
 
 bool attn_simd_supported(int64_t hd) {
-    return has_avx512() && hd % 16 == 0 && hd / 16 <= kMaxVecs;
+    const bool isa =
+        (isa_at_least(IsaLevel::Avx512) && has_avx512()) || isa_at_least(IsaLevel::Avx2);
+    return isa && hd > 0 && hd % 16 == 0 && hd / 16 <= kMaxVecs;
 }
 
 void attn_head_simd(bool f16, const float* q, const void* k, const void* v, int64_t kv_row,
                     int64_t off, int64_t n_kv, int64_t hd, float scale, float* s, float* o) {
-    attn_head_avx512(f16, q, k, v, kv_row, off, n_kv, hd, scale, s, o);
+    if (isa_at_least(IsaLevel::Avx512) && has_avx512())
+        attn_head_avx512(f16, q, k, v, kv_row, off, n_kv, hd, scale, s, o);
+    else
+        attn_head_avx2(f16, q, k, v, kv_row, off, n_kv, hd, scale, s, o);
 }
 
 void attn_rows_simd(const AttnRows& a, float* scratch) {
     MINFER_ASSERT(a.n_tokens * a.group <= kMaxRows);
-    attn_rows_avx512(a, scratch);
+    if (isa_at_least(IsaLevel::Avx512) && has_avx512())
+        attn_rows_avx512(a, scratch);
+    else
+        attn_rows_avx2(a, scratch);
 }
 
 #else
@@ -294,11 +624,11 @@ bool attn_simd_supported(int64_t) {
 
 void attn_head_simd(bool, const float*, const void*, const void*, int64_t, int64_t, int64_t,
                     int64_t, float, float*, float*) {
-    MINFER_ASSERT_MSG(false, "attn_head_simd without AVX-512");
+    MINFER_ASSERT_MSG(false, "attn_head_simd without AVX2");
 }
 
 void attn_rows_simd(const AttnRows&, float*) {
-    MINFER_ASSERT_MSG(false, "attn_rows_simd without AVX-512");
+    MINFER_ASSERT_MSG(false, "attn_rows_simd without AVX2");
 }
 
 #endif

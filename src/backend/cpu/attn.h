@@ -1,6 +1,7 @@
 // The inner loop of causal attention for one (token, head): scores against
-// n_kv cached K rows, softmax, the weighted sum of V rows — with AVX-512
-// where the CPU has it (the scalar loop in kernels.cpp stays the reference).
+// n_kv cached K rows, softmax, the weighted sum of V rows — with AVX-512 or
+// AVX2 (FMA, F16C), whichever cpu::isa_level() allows (the scalar loop in
+// kernels.cpp stays the reference).
 #pragma once
 
 #include <cstddef>
@@ -8,7 +9,8 @@
 
 namespace minfer::cpu {
 
-// True when attn_head_simd can run head_dim hd on this CPU.
+// True when attn_head_simd can run head_dim hd at the current ISA level
+// (AVX2 or better, hd a multiple of 16 up to 256).
 bool attn_simd_supported(int64_t hd);
 
 // q [hd]; k, v: the region bases (f32, or f16 when f16) with rows of kv_row

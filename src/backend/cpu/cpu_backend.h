@@ -26,6 +26,7 @@ class CpuBackend : public Backend {
     BufferId allocate(size_t bytes) override { return pool_.allocate(bytes); }
     BufferId allocate_fresh(size_t bytes) override { return pool_.allocate_fresh(bytes); }
     void free(BufferId id) override { pool_.free(id); }
+    void release(BufferId id) override { pool_.release(id); }
     size_t buffer_bytes(BufferId id) const override { return pool_.buffer_bytes(id); }
     PoolStats stats() const override { return pool_.stats(); }
     void write_host(const BufRef& dst, const void* src, size_t nbytes) override;

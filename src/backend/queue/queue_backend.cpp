@@ -26,6 +26,11 @@ bool QueueBackend::pending() const {
     return !recording_.empty() || !submitted_.empty() || busy_;
 }
 
+void QueueBackend::release(BufferId id) {
+    MINFER_ASSERT_MSG(!pending(), "queue backend: release() while work is pending");
+    pool_.release(id);
+}
+
 BufferId QueueBackend::allocate(size_t bytes) {
     MINFER_ASSERT_MSG(!pending(), "queue backend: allocate() while work is pending");
     return pool_.allocate(bytes);

@@ -33,6 +33,8 @@ class QueueBackend : public Backend {
     BufferId allocate(size_t bytes) override;
     BufferId allocate_fresh(size_t bytes) override { return pool_.allocate_fresh(bytes); }
     void free(BufferId id) override { pool_.free(id); }
+    // Only while the queue is idle (a recorded command may hold the pointer).
+    void release(BufferId id) override;
     size_t buffer_bytes(BufferId id) const override { return pool_.buffer_bytes(id); }
     PoolStats stats() const override { return pool_.stats(); }
     void write_host(const BufRef& dst, const void* src, size_t nbytes) override;
