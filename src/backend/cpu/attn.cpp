@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "backend/cpu/isa.h"
@@ -524,17 +525,36 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
             qt[((r / 8) * hd + d) * 8 + r % 8] = x;
         }
     }
-    // K and V rows as floats (an f16 cache is converted once per call).
-    const float* kr = static_cast<const float*>(a.k) + a.off;
-    const float* vr = static_cast<const float*>(a.v) + a.off;
-    int64_t k_stride = a.kv_row;
-    if (a.f16) {
-        rows_to_f32_run_avx2(static_cast<const uint16_t*>(a.k) + a.off, a.kv_row, n_kv_max, hd, kf);
-        rows_to_f32_run_avx2(static_cast<const uint16_t*>(a.v) + a.off, a.kv_row, n_kv_max, hd, vf);
-        kr = kf;
-        vr = vf;
-        k_stride = hd;
+    // K and V rows as floats, gathered page by page (each page a contiguous
+    // run of cells, as in attn_rows_avx512; an f16 cache is converted once
+    // per call). Key steps past n_kv_max clamp to the last row (see
+    // rows_scores_run_avx2), so the padding rows are never read.
+    for (int64_t j0 = 0; j0 < n_kv_max;) {
+        int64_t cell = j0, run = n_kv_max - j0;
+        if (a.pages) {
+            const int64_t in_page = j0 % a.page_cells;
+            cell = int64_t{a.pages[j0 / a.page_cells]} * a.page_cells + in_page;
+            run = std::min(run, a.page_cells - in_page);
+        }
+        const int64_t first = cell * a.kv_row + a.off;
+        if (a.f16) {
+            rows_to_f32_run_avx2(static_cast<const uint16_t*>(a.k) + first, a.kv_row, run, hd,
+                                 kf + j0 * hd);
+            rows_to_f32_run_avx2(static_cast<const uint16_t*>(a.v) + first, a.kv_row, run, hd,
+                                 vf + j0 * hd);
+        } else {
+            for (int64_t j = 0; j < run; ++j) {
+                std::memcpy(kf + (j0 + j) * hd, static_cast<const float*>(a.k) + first + j * a.kv_row,
+                            static_cast<size_t>(hd) * sizeof(float));
+                std::memcpy(vf + (j0 + j) * hd, static_cast<const float*>(a.v) + first + j * a.kv_row,
+                            static_cast<size_t>(hd) * sizeof(float));
+            }
+        }
+        j0 += run;
     }
+    const float* kr = kf;
+    const float* vr = vf;
+    const int64_t k_stride = hd;
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t rv = 0; rv < nrv; ++rv) {
         const __m256i lane_kv =
