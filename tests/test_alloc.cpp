@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 #include <set>
 
@@ -465,6 +466,12 @@ TEST(Alloc, arena_within_ten_percent_of_the_bound_and_never_above_classes_on_mod
         EXPECT_LE(static_cast<double>(arena_bytes), 1.10 * static_cast<double>(bound))
             << "arena " << arena_bytes << " bytes, bound " << bound;
         EXPECT_LE(arena_bytes, classes_bytes);
+        std::printf(
+            "model graph n_embd %lld n_tokens %lld: bound %zu, arena %zu (%.3fx), classes %zu "
+            "(%.3fx)\n",
+            static_cast<long long>(c.d.n_embd), static_cast<long long>(c.n_tokens), bound,
+            arena_bytes, double(arena_bytes) / double(bound), classes_bytes,
+            double(classes_bytes) / double(bound));
     }
 }
 
