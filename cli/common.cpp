@@ -38,10 +38,14 @@ runtime::SessionOptions EngineFlags::session_options() const {
     auto t = tensor::dtype_from_name(kv_type);
     if (!t || (*t != tensor::DType::F32 && *t != tensor::DType::F16))
         throw UsageError("unsupported KV cache type '" + kv_type + "' (supported: f32, f16)");
-    // One element type for both regions: -ctv defaults to -ctk.
-    if (kv_type_v != "f32" && kv_type_v != kv_type)
-        throw UsageError("-ctv " + kv_type_v + " differs from -ctk " + kv_type +
-                         ": K and V share one element type");
+    // One element type for both regions: without -ctv, V follows -ctk; an
+    // explicit -ctv must name the same type (even -ctv f32 against -ctk f16:
+    // silently giving an f16 V cache would not be what was asked for).
+    if (!kv_type_v.empty() && kv_type_v != kv_type)
+        throw UsageError("-ctk " + kv_type + " and -ctv " + kv_type_v +
+                         " differ: K and V caches of different element types are not supported "
+                         "(give one type, e.g. -ctk " +
+                         kv_type + " alone)");
     o.kv_type = *t;
     if (!queue_layers.empty()) {
         int a = 0, b = 0;

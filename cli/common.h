@@ -15,10 +15,10 @@ struct EngineFlags {
     int threads = 0;
     int64_t ctx_size = 4096;
     int64_t batch_size = 512;
-    std::string kv_type = "f32";    // -ctk
-    std::string kv_type_v = "f32";  // -ctv (must equal -ctk: one type for both regions)
-    std::string queue_layers;       // "A:B" — layers A..B-1 on the queue backend
-    bool no_interleave = false;     // keep the weights in the file's layout
+    std::string kv_type = "f32";  // -ctk
+    std::string kv_type_v;        // -ctv; empty = not given (follows -ctk); must equal -ctk
+    std::string queue_layers;     // "A:B" — layers A..B-1 on the queue backend
+    bool no_interleave = false;   // keep the weights in the file's layout
 
     void add_to(ArgParser& p, bool with_ctx = true);
     // Fills the session options (n_ctx is set by the caller's context plan).

@@ -114,5 +114,17 @@ int main(int argc, char** argv) {
     };
     for (size_t i = 0; i < lines.size(); ++i)
         put(out / "args", "line" + std::to_string(i), joined(lines[i]));
+
+    // Allocator: byte 0 = every planner / graph count / backend count
+    // combination, then pseudo-random bytes that drive the graph generator.
+    uint32_t x = 12345;
+    for (int head = 0; head < 16; ++head) {
+        std::string bytes(1, static_cast<char>(head));
+        for (int i = 0; i < 400; ++i) {
+            x = x * 1103515245u + 12345u;
+            bytes.push_back(static_cast<char>(x >> 16));
+        }
+        put(out / "alloc", "graphs" + std::to_string(head), bytes);
+    }
     return 0;
 }

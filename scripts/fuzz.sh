@@ -5,13 +5,13 @@
 # leak, a timeout or a sanitizer report (the reproducer is left in
 # build-fuzz/artifacts/).
 #   FUZZ_SECONDS   seconds per target (default 60)
-#   FUZZ_TARGETS   which targets (default: gguf tokenizer chat_template args)
+#   FUZZ_TARGETS   which targets (default: gguf tokenizer chat_template args alloc)
 #   FUZZ_JOBS      build parallelism (default 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-gguf tokenizer chat_template args}
+targets=${FUZZ_TARGETS:-gguf tokenizer chat_template args alloc}
 jobs=${FUZZ_JOBS:-2}
 
 # Debian 12: clang 14 and its runtime libraries (libFuzzer lives in
@@ -33,6 +33,7 @@ max_len_of() {
         tokenizer) echo 4096 ;;
         chat_template) echo 4096 ;;
         args) echo 1024 ;;
+        alloc) echo 2048 ;;
     esac
 }
 

@@ -42,7 +42,7 @@ if [ "$which_builds" = all ] || [ "$which_builds" = tsan ]; then
     echo "== sanitize: TSan build (build-tsan)" >&2
     configure_and_build build-tsan "thread"
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
-    threaded='^(ThreadPool\.|Backends\.|Scheduler\.|CpuMatMul\.SameBitsWithOneAndTwoThreads|Forward\.TwoBackends|Forward\.DecodeSteps|Forward\.PromptInSeveralPasses|Limits\.|Cli\.Default|Cli\.Chat)'
+    threaded='^(ThreadPool\.|Backends\.|Scheduler\.|CpuMatMul\.|CpuOps\.|CpuAttn\.|CpuFusion\.|Forward\.TwoBackends|Forward\.DecodeSteps|Forward\.PromptInSeveralPasses|Limits\.|Cli\.Default|Cli\.Chat)'
     (cd build-tsan && ctest --output-on-failure -j"$jobs" -R "$threaded") || status=1
     unset TSAN_OPTIONS
 fi

@@ -8,23 +8,46 @@ minfer="$1"
 shared="$2"
 what="${3:-logits}"
 py=/usr/bin/python3
+# Without ../shared: skipped (exit 77, CTest's SKIP_RETURN_CODE) with the
+# reason, or a failure when MINFER_REQUIRE_SHARED=1 (CI has ../shared).
+missing() {
+  if [ "${MINFER_REQUIRE_SHARED:-}" = 1 ]; then
+    echo "parity: FAIL: $1 (MINFER_REQUIRE_SHARED=1)"; exit 1
+  fi
+  echo "parity: skipped: $1"
+  [ "${status:-0}" = 0 ] || exit 1  # what did run failed
+  exit 77
+}
+[ -d "$shared/ref" ] || missing "no reference outputs at $shared/ref"
+[ -f "$shared/tools/compare_logits.py" ] || missing "no $shared/tools/compare_logits.py"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 status=0
+checked=0
 case "$what" in
 logits)
   for ref in "$shared"/ref/*/; do
     m=$(basename "$ref")
-    [ -f "$shared/models/$m.gguf" ] || continue
+    if [ ! -f "$shared/models/$m.gguf" ]; then
+      echo "parity: no model $shared/models/$m.gguf for reference $ref"
+      if [ "${MINFER_REQUIRE_SHARED:-}" = 1 ]; then status=1; fi
+      continue
+    fi
+    checked=$((checked + 1))
     for b in 0 64; do
       "$minfer" logits -m "$shared/models/$m.gguf" --tokens "$ref/tokens.json" --out "$out/$m-$b" -b "$b" 2>/dev/null
       printf '%-20s -b %-3s ' "$m" "$b"
       $py "$shared/tools/compare_logits.py" "$ref" "$out/$m-$b" || status=1
     done
   done
+  [ "$checked" -gt 0 ] || missing "no model in $shared/models has a reference in $shared/ref"
   ;;
 perplexity)
   for q in q8_0 f16 f32; do
+    for f in "$shared/ref/kjv-tiny-$q/perplexity.txt" "$shared/models/kjv-tiny-$q.gguf" "$shared/models/kjv-heldout.txt"; do
+      [ -f "$f" ] || { echo "parity: kjv-tiny-$q perplexity: no $f"; continue 2; }
+    done
+    checked=$((checked + 1))
     want=$(sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' "$shared/ref/kjv-tiny-$q/perplexity.txt")
     got=$("$minfer" perplexity -m "$shared/models/kjv-tiny-$q.gguf" -f "$shared/models/kjv-heldout.txt" -c 256 2>/dev/null |
           sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
@@ -34,6 +57,7 @@ perplexity)
       echo "kjv-tiny-$q perplexity $got (llama.cpp $want) FAIL"; status=1
     fi
   done
+  [ "$checked" -eq 3 ] || missing "$((3 - checked)) of the 3 perplexity references could not run"
   ;;
 esac
 exit $status

@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 #include <set>
 
 #include "fake_backend.h"
 #include "graph/alloc.h"
 #include "graph_helpers.h"
+#include "model_like_graph.h"
+#include "random_graph.h"
 #include "util/error.h"
 
 using namespace minfer;
@@ -13,14 +16,18 @@ using namespace minfer::graph;
 using minfer::testing::add_op;
 using minfer::testing::check_allocation;
 using minfer::testing::FakeBackend;
+using minfer::testing::overlaps;
+using minfer::testing::test_planner;
 
 namespace {
 
 // Two fake backends: index 0 ("cpu") and 1 ("queue").
+// The planner is MINFER_PLANNER's (arena by default; CTest runs these tests
+// again under classes); tests of one planner's layout name it.
 struct Fixture {
     FakeBackend b0{"cpu"}, b1{"queue"};
-    GraphAllocator alloc{{&b0, &b1}};
-    Fixture() { b1.self = 1; }
+    GraphAllocator alloc;
+    explicit Fixture(Planner p = test_planner()) : alloc({&b0, &b1}, p) { b1.self = 1; }
 };
 
 // The layer-0 attention block: KvStore and Attn, sized for n_kv_embd x n_ctx.
@@ -60,7 +67,7 @@ KvGraph kv_graph(int64_t n_tokens, int64_t n_ctx) {
 }  // namespace
 
 TEST(Alloc, liveness_reuses_buffers_along_chain) {
-    Fixture f;
+    Fixture f(Planner::Classes);
     Graph g;
     NodeId x = g.add_input("x", 256);  // 1 KiB, like the f32 nodes below
     NodeId a1 = add_op(g, Op::Add, "a1", {x, x}, 256);
@@ -81,7 +88,7 @@ TEST(Alloc, liveness_reuses_buffers_along_chain) {
 }
 
 TEST(Alloc, parallel_chains_do_not_share) {
-    Fixture f;
+    Fixture f(Planner::Classes);
     Graph g;
     NodeId a0 = g.add_input("a0", 256);
     NodeId b0 = g.add_input("b0", 256);
@@ -184,7 +191,7 @@ TEST(Alloc, inputs_never_share_a_buffer) {
     NodeId r = add_op(g, Op::Add, "r", {emb, pos}, 4);
     g.outputs.push_back(r);
     f.alloc.alloc_graph(g);
-    EXPECT_FALSE(f.alloc.node_buffer(tok)->same_buffer(*f.alloc.node_buffer(pos)));
+    EXPECT_FALSE(overlaps(*f.alloc.node_buffer(tok), *f.alloc.node_buffer(pos)));
     const std::vector<int32_t> ids{11, 12, 13, 14}, ps{0, 1, 2, 3};
     f.alloc.fill_input(g, "token_ids", ids);
     f.alloc.fill_input(g, "positions", ps);
@@ -220,7 +227,7 @@ TEST(Alloc, outputs_pinned_to_end) {
     f.alloc.alloc_graph(g);
     ASSERT_TRUE(f.alloc.node_buffer(early).has_value());  // not dead
     for (NodeId id : {a, b, c, d})
-        EXPECT_FALSE(f.alloc.node_buffer(id)->same_buffer(*f.alloc.node_buffer(early)));
+        EXPECT_FALSE(overlaps(*f.alloc.node_buffer(id), *f.alloc.node_buffer(early)));
     EXPECT_EQ(f.alloc.plan_stats().dead_nodes, 0u);
     check_allocation(g, f.alloc);
 }
@@ -243,8 +250,8 @@ TEST(Alloc, liveness_follows_build_order) {
     const std::vector<NodeId> kahn = g.topo_order();
     ASSERT_EQ(kahn, (std::vector<NodeId>{x, m, a, r, b, c, out}));  // differs from build order
     f.alloc.alloc_graph(g);
-    EXPECT_FALSE(f.alloc.node_buffer(b)->same_buffer(*f.alloc.node_buffer(m)));
-    EXPECT_FALSE(f.alloc.node_buffer(c)->same_buffer(*f.alloc.node_buffer(m)));
+    EXPECT_FALSE(overlaps(*f.alloc.node_buffer(b), *f.alloc.node_buffer(m)));
+    EXPECT_FALSE(overlaps(*f.alloc.node_buffer(c), *f.alloc.node_buffer(m)));
     check_allocation(g, f.alloc);
 }
 
@@ -264,8 +271,9 @@ TEST(Alloc, alias_only_with_sole_consumer) {
     f.alloc.alloc_graph(g);
     EXPECT_TRUE(f.alloc.is_aliased(s));
     EXPECT_TRUE(f.alloc.node_buffer(s)->same_buffer(*f.alloc.node_buffer(a)));
+    EXPECT_EQ(f.alloc.node_buffer(s)->offset, f.alloc.node_buffer(a)->offset);
     EXPECT_FALSE(f.alloc.is_aliased(s2));
-    EXPECT_FALSE(f.alloc.node_buffer(s2)->same_buffer(*f.alloc.node_buffer(a2)));
+    EXPECT_FALSE(overlaps(*f.alloc.node_buffer(s2), *f.alloc.node_buffer(a2)));
     EXPECT_FALSE(f.alloc.is_aliased(sx));
     EXPECT_EQ(f.alloc.plan_stats().aliased_nodes, 1u);
     check_allocation(g, f.alloc);
@@ -301,8 +309,8 @@ TEST(Alloc, alias_extends_live_range) {
     f.alloc.alloc_graph(g);
     ASSERT_TRUE(f.alloc.is_aliased(s));
     const BufRef sb = *f.alloc.node_buffer(s);
-    EXPECT_FALSE(f.alloc.node_buffer(b)->same_buffer(sb));
-    EXPECT_FALSE(f.alloc.node_buffer(c)->same_buffer(sb));
+    EXPECT_FALSE(overlaps(*f.alloc.node_buffer(b), sb));
+    EXPECT_FALSE(overlaps(*f.alloc.node_buffer(c), sb));
     check_allocation(g, f.alloc);
 }
 
@@ -323,7 +331,7 @@ TEST(Alloc, dead_nodes_get_no_buffer) {
 }
 
 TEST(Alloc, staging_never_drawn_from_free_list) {
-    Fixture f;
+    Fixture f(Planner::Classes);
     Graph g;
     NodeId x = g.add_input("x", 64);
     NodeId a = add_op(g, Op::Add, "a", {x, x}, 64, 1, 0);
@@ -364,7 +372,7 @@ TEST(Alloc, size_classes) {
     EXPECT_EQ(class_size(49152), 49152u);
     // The pool buffer is the class; the BufRef keeps the real length, so two
     // shapes of one class share a buffer across a rebuild.
-    Fixture f;
+    Fixture f(Planner::Classes);
     Graph g1;
     NodeId x1 = g1.add_input("x", 250);  // 1000 bytes
     g1.outputs.push_back(x1);
@@ -382,42 +390,117 @@ TEST(Alloc, size_classes) {
 }
 
 TEST(Alloc, randomized_dags_satisfy_the_checker) {
-    // Random build-order DAGs over Add/Mul/Silu/Rope/SwiGLU with mixed sizes,
-    // two backends, random outputs and inputs; 300 graphs, each checked.
+    // Random build-order DAGs (tests/random_graph.h): element-wise ops with
+    // mixed sizes on two backends, unfused KV stores + attention, fused
+    // Q/K/V with the bias-RoPE-store epilogue; 300 graphs, each checked by
+    // the independent checker.
     std::mt19937 rng(1234);
     Fixture f;
-    const int64_t widths[] = {8, 100, 1000, 4096, 5000};
+    auto rnd = [&](uint32_t bound) { return static_cast<uint32_t>(rng() % bound); };
+    size_t kv_graphs = 0;
     for (int trial = 0; trial < 300; ++trial) {
-        Graph g;
-        const int n_in = 1 + static_cast<int>(rng() % 3);
-        const int n_ops = 5 + static_cast<int>(rng() % 40);
-        for (int i = 0; i < n_in; ++i)
-            g.add_input(std::string("in") += std::to_string(i), widths[rng() % 5]);
-        for (int i = 0; i < n_ops; ++i) {
-            const Op ops[] = {Op::Add, Op::Mul, Op::Silu, Op::Rope, Op::SwiGLU};
-            const Op op = ops[rng() % 5];
-            const size_t n = g.size();
-            // Mostly recent sources (chains), sometimes far back (long ranges).
-            auto pick = [&] {
-                const size_t back = (rng() % 4 == 0) ? rng() % n : rng() % std::min<size_t>(n, 3);
-                return static_cast<NodeId>(n - 1 - back);
-            };
-            std::vector<NodeId> src{pick()};
-            if (op != Op::Silu) src.push_back(pick());
-            const BackendId b = (rng() % 4 == 0) ? 1 : 0;
-            // In-place ops keep their source's width, so aliasing can apply.
-            const int64_t w =
-                (op == Op::Silu || op == Op::Rope) ? g.node(src[0]).ne[0] : widths[rng() % 5];
-            add_op(g, op, std::string("n") += std::to_string(i), src, w, 1, b);
-        }
-        for (size_t i = 0; i < g.size(); ++i)
-            if (rng() % 8 == 0) g.outputs.push_back(static_cast<NodeId>(i));
-        g.outputs.push_back(static_cast<NodeId>(g.size() - 1));
+        Graph g = minfer::testing::random_graph(rnd, 2);
         f.alloc.alloc_graph(g, trial % 2);  // two live plans, like the cache
         SCOPED_TRACE(::testing::Message() << "trial " << trial);
         check_allocation(g, f.alloc);
         if (HasFatalFailure() || HasNonfatalFailure()) break;
+        for (const Node& n : g.nodes) kv_graphs += n.op == Op::QkvBiasRopeStore;
     }
-    EXPECT_GT(f.alloc.counters().aliased_nodes, 0u);  // the generator exercised aliasing
+    // The generator exercised aliasing, dead nodes and both KV shapes.
+    EXPECT_GT(f.alloc.counters().aliased_nodes, 0u);
     EXPECT_GT(f.alloc.counters().dead_nodes, 0u);
+    EXPECT_GT(kv_graphs, 0u);
+    EXPECT_EQ(f.alloc.counters().kv_regions, 2u * minfer::testing::kRandomLayers);
+}
+
+TEST(Alloc, alias_refused_on_a_pinned_output_and_a_kv_region) {
+    Fixture f;
+    Graph g;
+    NodeId x = g.add_input("x", 64);
+    NodeId a = add_op(g, Op::Add, "a", {x, x}, 64);
+    NodeId s = add_op(g, Op::Silu, "silu_a", {a}, 64);  // a's only reader, but a is an output
+    NodeId o = add_op(g, Op::Add, "o", {s, x}, 64);
+    g.outputs = {a, o};
+    f.alloc.alloc_graph(g);
+    EXPECT_FALSE(f.alloc.is_aliased(s));
+    EXPECT_FALSE(overlaps(*f.alloc.node_buffer(s), *f.alloc.node_buffer(a)));
+    check_allocation(g, f.alloc);
+
+    // Rope on a KvStore's output (the K region): never in place.
+    KvGraph k = kv_graph(2, 16);
+    const NodeId pos = k.g.find("positions");
+    NodeId r = add_op(k.g, Op::Rope, "rope_on_kv", {k.store, pos}, 64, 16);
+    NodeId o2 = add_op(k.g, Op::Add, "o2", {r, r}, 64, 16);
+    k.g.outputs.push_back(o2);
+    f.alloc.alloc_graph(k.g, 1);
+    EXPECT_FALSE(f.alloc.is_aliased(r));
+    EXPECT_FALSE(f.alloc.node_buffer(r)->same_buffer(f.alloc.kv_pair(0)->k));
+    check_allocation(k.g, f.alloc);
+}
+
+TEST(Alloc, arena_within_ten_percent_of_the_bound_and_never_above_classes_on_model_graphs) {
+    // The lower bound (most bytes live at once) holds for any plan; the
+    // upper one is the planner's promise: greedy-by-size offsets plus the
+    // arena's 1/16 rounding stay within 10% of it on transformer graphs,
+    // and never take more than one buffer per size class.
+    struct Case {
+        int64_t n_tokens;
+        minfer::testing::ModelDims d;
+    };
+    minfer::testing::ModelDims big;
+    big.n_embd = 896;
+    big.n_ff = 4864;
+    big.n_vocab = 1000;
+    big.n_head = 14;
+    big.n_head_kv = 2;
+    big.head_dim = 64;
+    big.n_layer = 4;
+    big.n_ctx = 512;
+    for (const Case& c :
+         {Case{1, {}}, Case{9, {}}, Case{32, {}}, Case{1, big}, Case{7, big}, Case{128, big}}) {
+        SCOPED_TRACE(::testing::Message() << "n_tokens " << c.n_tokens << " n_embd " << c.d.n_embd);
+        Graph g = minfer::testing::model_like_graph(c.n_tokens, c.d);
+        Fixture arena(Planner::Arena), classes(Planner::Classes);
+        const size_t arena_bytes = arena.alloc.alloc_graph(g).pool_bytes;
+        const size_t classes_bytes = classes.alloc.alloc_graph(g).pool_bytes;
+        const size_t bound = check_allocation(g, arena.alloc);
+        check_allocation(g, classes.alloc);
+        EXPECT_GE(arena_bytes, bound);
+        EXPECT_LE(static_cast<double>(arena_bytes), 1.10 * static_cast<double>(bound))
+            << "arena " << arena_bytes << " bytes, bound " << bound;
+        EXPECT_LE(arena_bytes, classes_bytes);
+        std::printf(
+            "model graph n_embd %lld n_tokens %lld: bound %zu, arena %zu (%.3fx), classes %zu "
+            "(%.3fx)\n",
+            static_cast<long long>(c.d.n_embd), static_cast<long long>(c.n_tokens), bound,
+            arena_bytes, double(arena_bytes) / double(bound), classes_bytes,
+            double(classes_bytes) / double(bound));
+    }
+}
+
+TEST(Alloc, fill_input_checks_the_graph_identity_not_its_size) {
+    // Two graphs of the same size and input names: filling the one that was
+    // not planned is a bug, caught by the uid — the node count cannot tell.
+    Fixture f;
+    auto make = [] {
+        Graph g;
+        NodeId x = g.add_input("x", 4);
+        g.outputs.push_back(add_op(g, Op::Add, "a", {x, x}, 4));
+        return g;
+    };
+    Graph planned = make(), other = make();
+    ASSERT_EQ(planned.size(), other.size());
+    EXPECT_NE(planned.uid, other.uid);
+    Graph copy = planned;  // a copy is another graph
+    EXPECT_NE(copy.uid, planned.uid);
+    f.alloc.alloc_graph(planned);
+    const std::vector<int32_t> v{1, 2, 3, 4};
+    f.alloc.fill_input(planned, "x", v);
+    EXPECT_DEATH(f.alloc.fill_input(other, "x", v), "not the graph the current plan was made for");
+    EXPECT_DEATH(f.alloc.fill_input(copy, "x", v), "not the graph the current plan was made for");
+    // A moved graph keeps its identity (the cache takes graphs by move).
+    const uint64_t uid = planned.uid;
+    Graph moved = std::move(planned);
+    EXPECT_EQ(moved.uid, uid);
+    f.alloc.fill_input(moved, "x", v);
 }

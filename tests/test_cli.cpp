@@ -221,3 +221,24 @@ TEST(Cli, BenchDepthIsInTheCacheAndTheContextHoldsDepthPlusTests) {
     // The prompt test's operations count the depth's attention.
     EXPECT_GT(minfer::runtime::prompt_ops(model, 6, 20), minfer::runtime::prompt_ops(model, 6, 0));
 }
+
+TEST(Cli, DifferentKAndVCacheTypesAreRefusedNamingBoth) {
+    const std::string m = tiny_model_path();
+    // An explicit -ctv f32 against -ctk f16 is not the default: refused, and
+    // so is -ctv alone when it differs from the (default f32) K type.
+    for (const char* flags : {"-ctk f16 -ctv f32", "-ctk f32 -ctv f16", "-ctv f16"}) {
+        auto r = run_cli("-m " + m + " -p hi -n 1 -c 64 " + flags);
+        EXPECT_EQ(r.code, 2) << flags << "\n" << r.err;
+        const bool k16 = has(flags, "-ctk f16");
+        EXPECT_TRUE(
+            has(r.err, k16 ? "-ctk f16 and -ctv f32 differ" : "-ctk f32 and -ctv f16 differ"))
+            << flags << "\n"
+            << r.err;
+        EXPECT_TRUE(r.out.empty()) << r.out;
+    }
+    // One type for both, however it is spelled.
+    for (const char* flags : {"-ctk f16", "-ctk f16 -ctv f16", "-ctv f32", ""}) {
+        auto r = run_cli("-m " + m + " -p hi -n 1 -c 64 " + flags);
+        EXPECT_EQ(r.code, 0) << flags << "\n" << r.err;
+    }
+}

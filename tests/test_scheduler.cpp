@@ -58,7 +58,7 @@ std::vector<float> read_output(GraphAllocator& alloc, NodeId id) {
 struct TwoFakes {
     std::vector<std::string> log;
     FakeBackend b0{"b0"}, b1{"b1"};
-    GraphAllocator alloc{{&b0, &b1}};
+    GraphAllocator alloc{{&b0, &b1}, minfer::testing::test_planner()};
     TwoFakes() {
         b1.self = 1;
         b0.log = b1.log = &log;
@@ -195,7 +195,7 @@ Graph attn_graph(const Tables& t, int64_t n, BackendId attn_b) {
 std::pair<std::vector<float>, std::vector<float>> run_attn(backend::Backend* b0,
                                                            backend::Backend* b1, BackendId attn_b) {
     Tables t;
-    GraphCache cache({b0, b1});
+    GraphCache cache({b0, b1}, minfer::testing::test_planner());
     Scheduler sched;
     GraphParams pp;
     pp.n_tokens = 3;

@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "shared_files.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace minfer;
@@ -21,8 +22,7 @@ class SharedParity : public ::testing::TestWithParam<bool> {};
 TEST_P(SharedParity, KjvTinyGreedyTokensMatchLlamaCpp) {
     const std::string ref = std::string(MINFER_SHARED_DIR) + "/ref/kjv-tiny-greedy.json";
     const std::string model_path = std::string(MINFER_SHARED_DIR) + "/models/kjv-tiny-q8_0.gguf";
-    if (!std::filesystem::exists(ref) || !std::filesystem::exists(model_path))
-        GTEST_SKIP() << "../shared is not present";
+    MINFER_REQUIRE_SHARED_FILES(ref, model_path);
     nlohmann::json j;
     std::ifstream(ref) >> j;
     model::Model m = model::Model::load(model_path);

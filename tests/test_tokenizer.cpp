@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "shared_files.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -84,7 +85,7 @@ Vocab tiny_vocab() {
 TEST(TokenizerParity, QwenReferenceIds) {
     const auto model = shared_path("models/qwen2-mini-q8_0.gguf");
     const auto ref = shared_path("ref/tokenize.jsonl");
-    if (!std::filesystem::exists(model) || !std::filesystem::exists(ref)) GTEST_SKIP();
+    MINFER_REQUIRE_SHARED_FILES(model, ref);
     auto r = run_parity(model, ref);
     EXPECT_EQ(r.matched, r.total) << r.first_failure;
     EXPECT_GT(r.total, 0);
@@ -93,7 +94,7 @@ TEST(TokenizerParity, QwenReferenceIds) {
 TEST(TokenizerParity, KjvTinyReferenceIds) {
     const auto model = shared_path("models/kjv-tiny-q8_0.gguf");
     const auto ref = shared_path("ref/kjv-tiny-tokenize.jsonl");
-    if (!std::filesystem::exists(model) || !std::filesystem::exists(ref)) GTEST_SKIP();
+    MINFER_REQUIRE_SHARED_FILES(model, ref);
     auto r = run_parity(model, ref);
     EXPECT_EQ(r.matched, r.total) << r.first_failure;
     EXPECT_GT(r.total, 0);
@@ -277,7 +278,7 @@ TEST(StreamDecoder, NeverEmitsPartialCharacters) {
 
 TEST(StreamDecoder, MatchesDecodeOnRealVocabulary) {
     const auto model = shared_path("models/qwen2-mini-q8_0.gguf");
-    if (!std::filesystem::exists(model)) GTEST_SKIP();
+    MINFER_REQUIRE_SHARED_FILES(model);
     auto f = minfer::gguf::File::open(model);
     Tokenizer tok = Tokenizer::from_gguf(f);
     const std::string text =

@@ -144,6 +144,27 @@ TEST(Viz, cli_flags_end_to_end_on_a_tiny_model) {
     EXPECT_NE(run(bin + " viz -m " + m.path.string()), 0);
 }
 
+TEST(Viz, graph_dump_of_an_f16_kv_cache_names_and_sizes_it_as_f16) {
+    // The regions are dumped raw in the cache's element type: 2 bytes per
+    // element and a file named .f16, [32, 64] (n_embd_kv, n_ctx) — not .f32
+    // with n_ctx / 2 rows.
+    TempModel m;
+    const std::string bin = MINFER_BINARY;
+    const fs::path state = m.dir / "state16";
+    ASSERT_EQ(run("MINFER_GRAPH_DUMP=" + state.string() + " " + bin + " -m " + m.path.string() +
+                  " -p 'the the' -n 2 --temp 0 -t 1 -c 64 -ctk f16"),
+              0);
+    const auto idx = nlohmann::json::parse(slurp(state / "index.json"));
+    ASSERT_EQ(idx["kv"].size(), 4u);  // 2 layers x (K, V)
+    for (const auto& kv : idx["kv"]) {
+        EXPECT_EQ(kv["dtype"], "f16");
+        const std::string file = kv["file"];
+        EXPECT_EQ(file, kv["name"].get<std::string>() + ".f16");
+        EXPECT_EQ(kv["shape"], nlohmann::json::array({32, 64}));
+        EXPECT_EQ(fs::file_size(state / file), 32u * 64 * 2);
+    }
+}
+
 TEST(Viz, classes_planner_selectable_from_the_environment) {
     TempModel m;
     const std::string bin = MINFER_BINARY;

@@ -436,6 +436,7 @@ const PlanStats& GraphAllocator::alloc_graph(const Graph& graph, int slot) {
 
     // 5. Placement.
     Plan p;
+    p.graph_uid = graph.uid;
     p.n_nodes = n;
     p.node_to_buf.assign(n, std::nullopt);
     p.aliased.assign(n, false);
@@ -508,7 +509,8 @@ std::vector<std::pair<NodeId, BufRef>> GraphAllocator::plan_staging() const {
 void GraphAllocator::fill_input(const Graph& graph, std::string_view name,
                                 std::span<const int32_t> data) {
     const Plan& p = plan();
-    MINFER_ASSERT_MSG(p.n_nodes == graph.size(), "fill_input: graph is not the current plan's");
+    MINFER_ASSERT_MSG(p.graph_uid == graph.uid && p.n_nodes == graph.size(),
+                      "fill_input: not the graph the current plan was made for");
     NodeId found = -1;
     for (NodeId in : graph.inputs)
         if (graph.node(in).name == name) found = in;

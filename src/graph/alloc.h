@@ -133,6 +133,8 @@ class GraphAllocator {
     Planner planner() const { return planner_; }
     // Copy host data into the input named `name`; throws minfer::Error naming
     // the input when there is none or the data does not fill its window.
+    // `graph` must be the one the current plan was made for (same uid): a bug
+    // otherwise (assertion).
     void fill_input(const Graph& graph, std::string_view name, std::span<const int32_t> data);
     // Staging buffer on backend dst for node id's output (a copy across a
     // split boundary). Minted with allocate_fresh on first request — never
@@ -155,6 +157,7 @@ class GraphAllocator {
 
   private:
     struct Plan {
+        uint64_t graph_uid = 0;  // Graph::uid of the graph planned
         size_t n_nodes = 0;
         std::vector<std::optional<BufRef>> node_to_buf;        // [n_nodes]
         std::vector<bool> aliased;                             // [n_nodes]

@@ -1,10 +1,16 @@
 #include "graph/ir.h"
 
+#include <atomic>
 #include <deque>
 
 #include "util/error.h"
 
 namespace minfer::graph {
+
+uint64_t Graph::next_uid() {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 std::string_view op_name(Op op) {
     switch (op) {

@@ -88,6 +88,23 @@ struct Graph {
     std::vector<Node> nodes;      // build order == execution order
     std::vector<NodeId> inputs;   // Input nodes, filled on the host before execution
     std::vector<NodeId> outputs;  // read on the host after execution (logits)
+    // Identity (the design's graph.uid): fresh for every graph constructed or
+    // copied, kept by a move (the cache takes its graphs by move). The
+    // allocator records the uid of the graph a plan was made for.
+    uint64_t uid = next_uid();
+
+    Graph() = default;
+    Graph(const Graph& o) : nodes(o.nodes), inputs(o.inputs), outputs(o.outputs) {}
+    Graph& operator=(const Graph& o) {
+        nodes = o.nodes;
+        inputs = o.inputs;
+        outputs = o.outputs;
+        uid = next_uid();
+        return *this;
+    }
+    Graph(Graph&&) noexcept = default;
+    Graph& operator=(Graph&&) noexcept = default;
+    static uint64_t next_uid();  // 1, 2, 3, ... process-wide, thread-safe
 
     NodeId add(Node n);                             // appends, returns the id
     NodeId add_input(std::string name, int64_t n);  // an I32 Input node, registered in inputs

@@ -120,15 +120,19 @@ void dump_state(runtime::Session& session, const std::vector<float>& logits, int
     for (const auto& pb : alloc.persistent()) {
         buf.resize(pb.ref.len);
         alloc.backend(pb.ref.backend).read_host(pb.ref, buf.data(), pb.ref.len);
-        const std::string file = pb.name + ".f32";
+        // Raw regions in the cache's element type (f32 or f16): the file is
+        // named after it and the row count comes from its row size.
+        const tensor::DType kv_type = session.options().kv_type;
+        const std::string dtype(tensor::dtype_name(kv_type));
+        const std::string file = pb.name + "." + dtype;
         write_raw(dir + "/" + file, buf.data(), buf.size());
         const int64_t row = hp.n_embd_kv();
-        kv.push_back(
-            {{"name", pb.name},
-             {"file", file},
-             {"dtype", std::string(tensor::dtype_name(session.options().kv_type))},
-             {"shape", {row, static_cast<int64_t>(pb.ref.len / 4) / std::max<int64_t>(row, 1)}},
-             {"rows_written", session.n_past()}});
+        const size_t row_bytes = tensor::row_size(kv_type, std::max<int64_t>(row, 1));
+        kv.push_back({{"name", pb.name},
+                      {"file", file},
+                      {"dtype", dtype},
+                      {"shape", {row, static_cast<int64_t>(pb.ref.len / row_bytes)}},
+                      {"rows_written", session.n_past()}});
     }
     index["kv"] = kv;
     write_text_file(dir + "/index.json", index.dump(2) + "\n");

@@ -8,7 +8,7 @@
 //   --dump-graph            every graph built, node by node, on stderr
 //   --dump-graph-json FILE  the same as JSON {"graphs": [records]}
 //   MINFER_TRACE=FILE       per-node records with value statistics (slow)
-//   MINFER_GRAPH_DUMP=DIR   logits and KV regions after the run (raw f32)
+//   MINFER_GRAPH_DUMP=DIR   logits (raw f32) and KV regions (raw, the cache type) after the run
 #pragma once
 
 #include <memory>
