@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "backend/cpu/isa.h"
 #include "tensor/dtype.h"
 
 namespace minfer::cli {
@@ -24,6 +25,13 @@ void EngineFlags::add_to(ArgParser& p, bool with_ctx) {
 }
 
 model::Model EngineFlags::load_model(const std::string& path) const {
+    // The first report of every run that loads a model: which kernels it uses.
+    const cpu::IsaLevel level = cpu::isa_level(), detected = cpu::isa_detected();
+    if (level == detected)
+        std::fprintf(stderr, "minfer: cpu kernels %s\n", cpu::isa_name(level));
+    else
+        std::fprintf(stderr, "minfer: cpu kernels %s (MINFER_CPU; this CPU has %s)\n",
+                     cpu::isa_name(level), cpu::isa_name(detected));
     model::Model m = model::Model::load(path);
     if (!no_interleave) runtime::regroup_weights_for_cpu(m);
     return m;

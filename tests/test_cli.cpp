@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
+#include "backend/cpu/isa.h"
 #include "cli_runner.h"
 #include "tiny_model.h"
 
@@ -161,4 +163,38 @@ TEST(Cli, HelpAndVersion) {
     r = run_cli("--version");
     EXPECT_EQ(r.code, 0);
     EXPECT_TRUE(has(r.out, "minfer "));
+}
+
+TEST(Cli, MinferCpuCapsTheKernelsNamesTheLevelAndRefusesBadValues) {
+    // Every level this CPU has: the run names it first on stderr, and the
+    // greedy text is the same at every level (the built-in model is F32:
+    // the levels differ only in float order, not enough to flip a token).
+    std::string text;
+    for (minfer::cpu::IsaLevel l : minfer::cpu::isa_levels_supported()) {
+        const std::string name = minfer::cpu::isa_name(l);
+        setenv("MINFER_CPU", name.c_str(), 1);
+        auto r = run_cli("-p 'And God said' -n 8 --temp 0 --no-display-prompt");
+        unsetenv("MINFER_CPU");
+        ASSERT_EQ(r.code, 0) << name << ": " << r.err;
+        EXPECT_EQ(r.err.rfind("minfer: cpu kernels " + name, 0), 0u) << r.err;
+        if (text.empty()) text = r.out;
+        EXPECT_EQ(r.out, text) << name;
+    }
+    // Not a level: an error naming the value, exit 1, nothing run.
+    setenv("MINFER_CPU", "avx9", 1);
+    auto bad = run_cli("-p 'And God said' -n 4");
+    unsetenv("MINFER_CPU");
+    EXPECT_EQ(bad.code, 1);
+    EXPECT_TRUE(has(bad.err, "MINFER_CPU='avx9'")) << bad.err;
+    EXPECT_TRUE(bad.out.empty());
+    // A level of the other architecture family: this CPU lacks it.
+#if defined(__x86_64__)
+    setenv("MINFER_CPU", "neon", 1);
+#else
+    setenv("MINFER_CPU", "avx512", 1);
+#endif
+    auto lacks = run_cli("-p 'And God said' -n 4");
+    unsetenv("MINFER_CPU");
+    EXPECT_EQ(lacks.code, 1);
+    EXPECT_TRUE(has(lacks.err, "cannot run")) << lacks.err;
 }

@@ -16,6 +16,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
+#include "isa_levels.h"
 #include "tensor/blocks.h"
 #include "tensor/interleave.h"
 #include "tensor/quants.h"
@@ -216,162 +217,178 @@ TEST(CpuQuant, Q8ActivationsRoundTiesToEvenLikeGgml) {
 // bound = sum_i |w_i| e_i, plus 1e-5 * sum |w_i x_i| for the float
 // accumulation of a few hundred terms (each rounding <= 2^-24 relative).
 TEST(CpuMatMul, EveryWeightTypeMatchesDequantizedDotWithinActivationError) {
-    // n = 5 tokens: from 4 tokens on the GEMM path runs where it exists.
-    const int64_t K = 512, M = 9, n = 5;
-    ThreadPool pool(2);
-    std::vector<float> x = random_floats(static_cast<size_t>(K * n), 7);
-    x[5] = 3.0f;  // an outlier widens one block's scale
-    for (DType t : kWeightTypes) {
-        SCOPED_TRACE(std::string(dtype_name(t)));
-        Weight w = make_weight(t, K, M, 11);
-        std::vector<float> out(static_cast<size_t>(M * n));
-        Node node = make_node(Op::MatMul, {M, n, 1, 1});
-        node.weights = {&w.view};
-        NodeData data;
-        data.src = {x.data()};
-        data.src_ne = {{K, n, 1, 1}};
-        data.out = out.data();
-        cpu::run_node(node, data, pool);
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+        (void)level;
+        // n = 5 tokens: from 4 tokens on the GEMM path runs where it exists.
+        const int64_t K = 512, M = 9, n = 5;
+        ThreadPool pool(2);
+        std::vector<float> x = random_floats(static_cast<size_t>(K * n), 7);
+        x[5] = 3.0f;  // an outlier widens one block's scale
+        for (DType t : kWeightTypes) {
+            SCOPED_TRACE(std::string(dtype_name(t)));
+            Weight w = make_weight(t, K, M, 11);
+            std::vector<float> out(static_cast<size_t>(M * n));
+            Node node = make_node(Op::MatMul, {M, n, 1, 1});
+            node.weights = {&w.view};
+            NodeData data;
+            data.src = {x.data()};
+            data.src_ne = {{K, n, 1, 1}};
+            data.out = out.data();
+            cpu::run_node(node, data, pool);
 
-        const DType at = cpu::act_type(t);
-        const int64_t blk = at == DType::Q8_K ? 256 : 32;
-        std::vector<float> wrow(static_cast<size_t>(K));
-        // The activations as the kernel sees them (quantized, back to float).
-        std::vector<float> xq(x.size());
-        std::vector<uint8_t> qbuf(row_size(at, K));
-        for (int64_t tok = 0; tok < n; ++tok) {
-            cpu::quantize_act_row(at, x.data() + tok * K, qbuf.data(), K);
-            cpu::dequant_row(at, qbuf.data(), xq.data() + tok * K, K);
-        }
-        for (int64_t m = 0; m < M; ++m) {
-            tensor::dequantize_row(t, w.view.row(m), wrow.data(), K);  // independent reference
+            const DType at = cpu::act_type(t);
+            const int64_t blk = at == DType::Q8_K ? 256 : 32;
+            std::vector<float> wrow(static_cast<size_t>(K));
+            // The activations as the kernel sees them (quantized, back to float).
+            std::vector<float> xq(x.size());
+            std::vector<uint8_t> qbuf(row_size(at, K));
             for (int64_t tok = 0; tok < n; ++tok) {
-                const float* xt = x.data() + tok * K;
-                double ref = 0, bound = 0, mag = 0;
-                for (int64_t b0 = 0; b0 < K; b0 += blk) {
-                    double amax = 0;
-                    for (int64_t i = b0; i < b0 + blk; ++i)
-                        amax = std::max(amax, std::fabs(double(xt[i])));
-                    for (int64_t i = b0; i < b0 + blk; ++i) {
-                        const double wi = wrow[static_cast<size_t>(i)], xi = xt[i];
-                        ref += wi * xi;
-                        mag += std::fabs(wi * xi);
-                        double e = 0;
-                        if (at == DType::Q8_0 || at == DType::Q8_1)
-                            e = amax * (1.0 / 254 + 1.0 / 2048);
-                        if (at == DType::Q8_K) e = amax * (1.0 / 254 + 1e-6);
-                        if (at == DType::F16) e = std::fabs(xi) / 2048;
-                        if (at == DType::BF16) e = std::fabs(xi) / 256;
-                        bound += std::fabs(wi) * e;
+                cpu::quantize_act_row(at, x.data() + tok * K, qbuf.data(), K);
+                cpu::dequant_row(at, qbuf.data(), xq.data() + tok * K, K);
+            }
+            for (int64_t m = 0; m < M; ++m) {
+                tensor::dequantize_row(t, w.view.row(m), wrow.data(), K);  // independent reference
+                for (int64_t tok = 0; tok < n; ++tok) {
+                    const float* xt = x.data() + tok * K;
+                    double ref = 0, bound = 0, mag = 0;
+                    for (int64_t b0 = 0; b0 < K; b0 += blk) {
+                        double amax = 0;
+                        for (int64_t i = b0; i < b0 + blk; ++i)
+                            amax = std::max(amax, std::fabs(double(xt[i])));
+                        for (int64_t i = b0; i < b0 + blk; ++i) {
+                            const double wi = wrow[static_cast<size_t>(i)], xi = xt[i];
+                            ref += wi * xi;
+                            mag += std::fabs(wi * xi);
+                            double e = 0;
+                            if (at == DType::Q8_0 || at == DType::Q8_1)
+                                e = amax * (1.0 / 254 + 1.0 / 2048);
+                            if (at == DType::Q8_K) e = amax * (1.0 / 254 + 1e-6);
+                            if (at == DType::F16) e = std::fabs(xi) / 2048;
+                            if (at == DType::BF16) e = std::fabs(xi) / 256;
+                            bound += std::fabs(wi) * e;
+                        }
+                        if (at == DType::Q8_1) {
+                            uint16_t hm;
+                            std::memcpy(&hm, w.view.row(m) + (b0 / 32) * traits(t).type_size + 2,
+                                        2);
+                            bound += std::fabs(fp16_to_fp32(hm)) * 32 * amax / 2048;
+                        }
+                    }
+                    bound += 1e-5 * mag + 1e-6;
+                    const float got = out[static_cast<size_t>(tok * M + m)];
+                    EXPECT_NEAR(got, ref, bound) << "m=" << m << " t=" << tok;
+                    // Against the quantized activations the integer sums are
+                    // exact: only float roundings remain, each <= 2^-24 of the
+                    // magnitude, at most K/32 block terms + 8 per block chain
+                    // (and Q8_1's f16 s, bounded as above). This catches a wrong
+                    // nibble or scale index that the loose bound above might not.
+                    double ref_q = 0, mag_q = 0, slack = 0;
+                    for (int64_t i = 0; i < K; ++i) {
+                        const double p = double(wrow[static_cast<size_t>(i)]) *
+                                         xq[static_cast<size_t>(tok * K + i)];
+                        ref_q += p;
+                        mag_q += std::fabs(p);
                     }
                     if (at == DType::Q8_1) {
-                        uint16_t hm;
-                        std::memcpy(&hm, w.view.row(m) + (b0 / 32) * traits(t).type_size + 2, 2);
-                        bound += std::fabs(fp16_to_fp32(hm)) * 32 * amax / 2048;
+                        for (int64_t b0 = 0; b0 < K; b0 += 32) {
+                            uint16_t hm;
+                            std::memcpy(&hm, w.view.row(m) + (b0 / 32) * traits(t).type_size + 2,
+                                        2);
+                            double sq = 0;
+                            for (int64_t i = b0; i < b0 + 32; ++i)
+                                sq += std::fabs(xq[static_cast<size_t>(tok * K + i)]);
+                            slack += std::fabs(fp16_to_fp32(hm)) * sq / 2048;
+                        }
                     }
+                    EXPECT_NEAR(got, ref_q, (K / 32 + 8) * std::ldexp(mag_q, -24) + slack + 1e-7)
+                        << "m=" << m << " t=" << tok;
                 }
-                bound += 1e-5 * mag + 1e-6;
-                const float got = out[static_cast<size_t>(tok * M + m)];
-                EXPECT_NEAR(got, ref, bound) << "m=" << m << " t=" << tok;
-                // Against the quantized activations the integer sums are
-                // exact: only float roundings remain, each <= 2^-24 of the
-                // magnitude, at most K/32 block terms + 8 per block chain
-                // (and Q8_1's f16 s, bounded as above). This catches a wrong
-                // nibble or scale index that the loose bound above might not.
-                double ref_q = 0, mag_q = 0, slack = 0;
-                for (int64_t i = 0; i < K; ++i) {
-                    const double p =
-                        double(wrow[static_cast<size_t>(i)]) * xq[static_cast<size_t>(tok * K + i)];
-                    ref_q += p;
-                    mag_q += std::fabs(p);
-                }
-                if (at == DType::Q8_1) {
-                    for (int64_t b0 = 0; b0 < K; b0 += 32) {
-                        uint16_t hm;
-                        std::memcpy(&hm, w.view.row(m) + (b0 / 32) * traits(t).type_size + 2, 2);
-                        double sq = 0;
-                        for (int64_t i = b0; i < b0 + 32; ++i)
-                            sq += std::fabs(xq[static_cast<size_t>(tok * K + i)]);
-                        slack += std::fabs(fp16_to_fp32(hm)) * sq / 2048;
-                    }
-                }
-                EXPECT_NEAR(got, ref_q, (K / 32 + 8) * std::ldexp(mag_q, -24) + slack + 1e-7)
-                    << "m=" << m << " t=" << tok;
             }
         }
-    }
+    });
 }
 
 TEST(CpuMatMul, SameBitsWithOneAndTwoThreadsAndPrefillTiles) {
-    // n = 40 tokens crosses the 32-token tile, M = 37 rows a partial row block.
-    const int64_t K = 256, M = 37, n = 40;
-    std::vector<float> x = random_floats(static_cast<size_t>(K * n), 3);
-    for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F32}) {
-        Weight w = make_weight(t, K, M, 5);
-        std::vector<float> o1(static_cast<size_t>(M * n)), o2(o1.size()), o3(o1.size());
-        cpu::MatMulPart part{&w.view, 0};
-        ThreadPool p1(1), p2(2);
-        cpu::matmul(&part, 1, x.data(), K, n, o1.data(), M, p1);
-        cpu::matmul(&part, 1, x.data(), K, n, o2.data(), M, p2);
-        EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4)) << dtype_name(t);
-        // token t alone (decode shape) against the same token inside a batch
-        cpu::matmul(&part, 1, x.data() + 7 * K, K, 1, o3.data(), M, p2);
-        if (!cpu::gemm_supported(t, K)) {
-            EXPECT_EQ(0, std::memcmp(o3.data(), o1.data() + 7 * M, static_cast<size_t>(M) * 4));
-            continue;
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+        (void)level;
+        // n = 40 tokens crosses the 32-token tile, M = 37 rows a partial row block.
+        const int64_t K = 256, M = 37, n = 40;
+        std::vector<float> x = random_floats(static_cast<size_t>(K * n), 3);
+        for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F32}) {
+            Weight w = make_weight(t, K, M, 5);
+            std::vector<float> o1(static_cast<size_t>(M * n)), o2(o1.size()), o3(o1.size());
+            cpu::MatMulPart part{&w.view, 0};
+            ThreadPool p1(1), p2(2);
+            cpu::matmul(&part, 1, x.data(), K, n, o1.data(), M, p1);
+            cpu::matmul(&part, 1, x.data(), K, n, o2.data(), M, p2);
+            EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4)) << dtype_name(t);
+            // token t alone (decode shape) against the same token inside a batch
+            cpu::matmul(&part, 1, x.data() + 7 * K, K, 1, o3.data(), M, p2);
+            if (!cpu::gemm_supported(t, K)) {
+                EXPECT_EQ(0, std::memcmp(o3.data(), o1.data() + 7 * M, static_cast<size_t>(M) * 4));
+                continue;
+            }
+            // The batch took the GEMM path: the integer sums per group are the
+            // same, only the float accumulation order differs. Each path rounds
+            // at most K/32 + 8 times along a chain, each by <= 2^-24 of the sum
+            // of |products| (bounded with the dequantized weights and |x|, as
+            // the activation quantization changes |x| by under 1%).
+            std::vector<float> wrow(static_cast<size_t>(K));
+            for (int64_t m = 0; m < M; ++m) {
+                tensor::dequantize_row(t, w.view.row(m), wrow.data(), K);
+                double mag = 0;
+                for (int64_t i = 0; i < K; ++i)
+                    mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(7 * K + i)]);
+                EXPECT_NEAR(o3[size_t(m)], o1[size_t(7 * M + m)],
+                            2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                    << dtype_name(t) << " m=" << m;
+            }
         }
-        // The batch took the GEMM path: the integer sums per group are the
-        // same, only the float accumulation order differs. Each path rounds
-        // at most K/32 + 8 times along a chain, each by <= 2^-24 of the sum
-        // of |products| (bounded with the dequantized weights and |x|, as
-        // the activation quantization changes |x| by under 1%).
-        std::vector<float> wrow(static_cast<size_t>(K));
-        for (int64_t m = 0; m < M; ++m) {
-            tensor::dequantize_row(t, w.view.row(m), wrow.data(), K);
-            double mag = 0;
-            for (int64_t i = 0; i < K; ++i)
-                mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(7 * K + i)]);
-            EXPECT_NEAR(o3[size_t(m)], o1[size_t(7 * M + m)],
-                        2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
-                << dtype_name(t) << " m=" << m;
-        }
-    }
+    });
 }
 
 TEST(CpuMatMul, GemmPathEqualsTokenByTokenDots) {
-    // Every GEMM weight type, a fused 3-part matmul with a partial 16-row
-    // tile, 4..9 tokens (full and partial 4-token micro-tiles): each output
-    // equals the vec_dot path of that token alone, within the float-order
-    // bound argued above.
-    const int64_t K = 512;
-    for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
-        if (!cpu::gemm_supported(t, K)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
-        Weight a = make_weight(t, K, 21, 1), b = make_weight(t, K, 6, 2),
-               c = make_weight(t, K, 6, 3);
-        const cpu::MatMulPart parts[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 27}};
-        const int64_t M = 33;
-        for (int64_t n : {4, 9, 19}) {
-            std::vector<float> x = random_floats(static_cast<size_t>(K * n), 17 + uint32_t(n));
-            std::vector<float> batch(static_cast<size_t>(M * n)), one(static_cast<size_t>(M));
-            ThreadPool pool(2);
-            cpu::matmul(parts, 3, x.data(), K, n, batch.data(), M, pool);
-            std::vector<float> wrow(static_cast<size_t>(K));
-            for (int64_t tok = 0; tok < n; ++tok) {
-                cpu::matmul(parts, 3, x.data() + tok * K, K, 1, one.data(), M, pool);
-                for (int64_t m = 0; m < M; ++m) {
-                    const Weight& w = m < 21 ? a : m < 27 ? b : c;
-                    const int64_t r = m < 21 ? m : m < 27 ? m - 21 : m - 27;
-                    tensor::dequantize_row(t, w.view.row(r), wrow.data(), K);
-                    double mag = 0;
-                    for (int64_t i = 0; i < K; ++i)
-                        mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
-                    EXPECT_NEAR(batch[size_t(tok * M + m)], one[size_t(m)],
-                                2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
-                        << dtype_name(t) << " n=" << n << " t=" << tok << " m=" << m;
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+        (void)level;
+        // Every GEMM weight type, a fused 3-part matmul with a partial 16-row
+        // tile, 4..9 tokens (full and partial 4-token micro-tiles): each output
+        // equals the vec_dot path of that token alone, within the float-order
+        // bound argued above.
+        const int64_t K = 512;
+        for (DType t :
+             {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+            if (!cpu::gemm_supported(t, K)) {
+                // every SIMD level has a GEMM for these types
+                EXPECT_EQ(level, cpu::IsaLevel::Scalar) << dtype_name(t);
+                return;
+            }
+            Weight a = make_weight(t, K, 21, 1), b = make_weight(t, K, 6, 2),
+                   c = make_weight(t, K, 6, 3);
+            const cpu::MatMulPart parts[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 27}};
+            const int64_t M = 33;
+            for (int64_t n : {4, 9, 19}) {
+                std::vector<float> x = random_floats(static_cast<size_t>(K * n), 17 + uint32_t(n));
+                std::vector<float> batch(static_cast<size_t>(M * n)), one(static_cast<size_t>(M));
+                ThreadPool pool(2);
+                cpu::matmul(parts, 3, x.data(), K, n, batch.data(), M, pool);
+                std::vector<float> wrow(static_cast<size_t>(K));
+                for (int64_t tok = 0; tok < n; ++tok) {
+                    cpu::matmul(parts, 3, x.data() + tok * K, K, 1, one.data(), M, pool);
+                    for (int64_t m = 0; m < M; ++m) {
+                        const Weight& w = m < 21 ? a : m < 27 ? b : c;
+                        const int64_t r = m < 21 ? m : m < 27 ? m - 21 : m - 27;
+                        tensor::dequantize_row(t, w.view.row(r), wrow.data(), K);
+                        double mag = 0;
+                        for (int64_t i = 0; i < K; ++i)
+                            mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
+                        EXPECT_NEAR(batch[size_t(tok * M + m)], one[size_t(m)],
+                                    2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                            << dtype_name(t) << " n=" << n << " t=" << tok << " m=" << m;
+                    }
                 }
             }
         }
-    }
+    });
 }
 
 // ---- interleaved weights (tensor/interleave.h) ---------------------------------
@@ -401,63 +418,69 @@ TEST(Interleave, RoundTripsEveryRowAndKeepsTheBytes) {
 }
 
 TEST(CpuMatMul, InterleavedWeightsMatchTheFileLayout) {
-    // Decode (1 token), small batches (dot path, 3 tokens) and prompt
-    // batches (GEMM, 9 and 40 tokens) on interleaved weights against the
-    // same weights in GGUF rows: the integer sums are the same, only the
-    // float order differs (the bound argued for the GEMM above). Parts: a
-    // 21-row Q8_0 part first, so the interleaved part's groups straddle
-    // the threads' 16-row blocks (partial groups), then two interleaved
-    // parts.
-    const int64_t K = 512;
-    for (DType t : {DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::Q8_0}) {
-        SCOPED_TRACE(dtype_name(t));
-        Weight a = make_weight(DType::Q8_0, K, 21, 1), b = make_weight(t, K, 32, 2),
-               c = make_weight(t, K, 48, 3);
-        std::vector<uint8_t> bi(b.bytes.size()), ci(c.bytes.size());
-        tensor::interleave_rows(t, b.bytes.data(), K, 32, bi.data());
-        tensor::interleave_rows(t, c.bytes.data(), K, 48, ci.data());
-        TensorView bv = b.view, cv = c.view;
-        bv.data = bi.data();
-        cv.data = ci.data();
-        bv.layout = cv.layout = TensorView::Layout::Rows16;
-        // with the 21-row lead part (groups straddle tiles) and without it
-        // (whole groups: the GEMM fills its panels straight from them)
-        for (const bool lead : {true, false}) {
-            const int64_t off = lead ? 21 : 0;
-            const cpu::MatMulPart plain_all[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 53}};
-            const cpu::MatMulPart inter_all[3] = {{&a.view, 0}, {&bv, 21}, {&cv, 53}};
-            const cpu::MatMulPart plain_bc[2] = {{&b.view, 0}, {&c.view, 32}};
-            const cpu::MatMulPart inter_bc[2] = {{&bv, 0}, {&cv, 32}};
-            const cpu::MatMulPart* plain = lead ? plain_all : plain_bc;
-            const cpu::MatMulPart* inter = lead ? inter_all : inter_bc;
-            const int n_parts = lead ? 3 : 2;
-            const int64_t M = 80 + off;
-            for (int64_t n : {1, 3, 9, 40}) {
-                for (int threads : {1, 2}) {
-                    std::vector<float> x =
-                        random_floats(static_cast<size_t>(K * n), 5 + uint32_t(n));
-                    std::vector<float> want(static_cast<size_t>(M * n)), got(want.size(), NAN);
-                    ThreadPool pool(threads);
-                    cpu::matmul(plain, n_parts, x.data(), K, n, want.data(), M, pool);
-                    cpu::matmul(inter, n_parts, x.data(), K, n, got.data(), M, pool);
-                    std::vector<float> wrow(static_cast<size_t>(K));
-                    for (int64_t tok = 0; tok < n; ++tok)
-                        for (int64_t m = 0; m < M; ++m) {
-                            const Weight& w = m < off ? a : m < off + 32 ? b : c;
-                            const int64_t r = m < off ? m : m < off + 32 ? m - off : m - off - 32;
-                            tensor::dequantize_row(w.view.type, w.view.row(r), wrow.data(), K);
-                            double mag = 0;
-                            for (int64_t i = 0; i < K; ++i)
-                                mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
-                            ASSERT_NEAR(got[size_t(tok * M + m)], want[size_t(tok * M + m)],
-                                        2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
-                                << "lead=" << lead << " n=" << n << " threads=" << threads
-                                << " t=" << tok << " m=" << m;
-                        }
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+        (void)level;
+        // Decode (1 token), small batches (dot path, 3 tokens) and prompt
+        // batches (GEMM, 9 and 40 tokens) on interleaved weights against the
+        // same weights in GGUF rows: the integer sums are the same, only the
+        // float order differs (the bound argued for the GEMM above). Parts: a
+        // 21-row Q8_0 part first, so the interleaved part's groups straddle
+        // the threads' 16-row blocks (partial groups), then two interleaved
+        // parts.
+        const int64_t K = 512;
+        for (DType t : {DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::Q8_0}) {
+            SCOPED_TRACE(dtype_name(t));
+            Weight a = make_weight(DType::Q8_0, K, 21, 1), b = make_weight(t, K, 32, 2),
+                   c = make_weight(t, K, 48, 3);
+            std::vector<uint8_t> bi(b.bytes.size()), ci(c.bytes.size());
+            tensor::interleave_rows(t, b.bytes.data(), K, 32, bi.data());
+            tensor::interleave_rows(t, c.bytes.data(), K, 48, ci.data());
+            TensorView bv = b.view, cv = c.view;
+            bv.data = bi.data();
+            cv.data = ci.data();
+            bv.layout = cv.layout = TensorView::Layout::Rows16;
+            // with the 21-row lead part (groups straddle tiles) and without it
+            // (whole groups: the GEMM fills its panels straight from them)
+            for (const bool lead : {true, false}) {
+                const int64_t off = lead ? 21 : 0;
+                const cpu::MatMulPart plain_all[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 53}};
+                const cpu::MatMulPart inter_all[3] = {{&a.view, 0}, {&bv, 21}, {&cv, 53}};
+                const cpu::MatMulPart plain_bc[2] = {{&b.view, 0}, {&c.view, 32}};
+                const cpu::MatMulPart inter_bc[2] = {{&bv, 0}, {&cv, 32}};
+                const cpu::MatMulPart* plain = lead ? plain_all : plain_bc;
+                const cpu::MatMulPart* inter = lead ? inter_all : inter_bc;
+                const int n_parts = lead ? 3 : 2;
+                const int64_t M = 80 + off;
+                for (int64_t n : {1, 3, 9, 40}) {
+                    for (int threads : {1, 2}) {
+                        std::vector<float> x =
+                            random_floats(static_cast<size_t>(K * n), 5 + uint32_t(n));
+                        std::vector<float> want(static_cast<size_t>(M * n)), got(want.size(), NAN);
+                        ThreadPool pool(threads);
+                        cpu::matmul(plain, n_parts, x.data(), K, n, want.data(), M, pool);
+                        cpu::matmul(inter, n_parts, x.data(), K, n, got.data(), M, pool);
+                        std::vector<float> wrow(static_cast<size_t>(K));
+                        for (int64_t tok = 0; tok < n; ++tok)
+                            for (int64_t m = 0; m < M; ++m) {
+                                const Weight& w = m < off ? a : m < off + 32 ? b : c;
+                                const int64_t r = m < off        ? m
+                                                  : m < off + 32 ? m - off
+                                                                 : m - off - 32;
+                                tensor::dequantize_row(w.view.type, w.view.row(r), wrow.data(), K);
+                                double mag = 0;
+                                for (int64_t i = 0; i < K; ++i)
+                                    mag +=
+                                        std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
+                                ASSERT_NEAR(got[size_t(tok * M + m)], want[size_t(tok * M + m)],
+                                            2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                                    << "lead=" << lead << " n=" << n << " threads=" << threads
+                                    << " t=" << tok << " m=" << m;
+                            }
+                    }
                 }
             }
         }
-    }
+    });
 }
 
 // ---- small ops --------------------------------------------------------------------
@@ -890,9 +913,16 @@ void expect_simd_attn_matches_scalar(const AttnSetup& s, DType kvt, int64_t n_to
 TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
     // Two tokens (the per-head kernel of decode): 37 cached rows (two full
     // 16-blocks and a masked tail), GQA 7:1 and 1:1, head_dim 64 and 128.
-    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no AVX-512";
-    for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}})
-        for (DType kvt : {DType::F32, DType::F16}) expect_simd_attn_matches_scalar(s, kvt, 2, 37);
+    // once per level with a SIMD attention kernel
+    int levels = 0;
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        if (!cpu::attn_simd_supported(64)) return;
+        ++levels;
+        for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}})
+            for (DType kvt : {DType::F32, DType::F16})
+                expect_simd_attn_matches_scalar(s, kvt, 2, 37);
+    });
+    if (levels == 0) GTEST_SKIP() << "no SIMD attention kernel on this CPU";
 }
 
 TEST(CpuAttn, ManyRowsPathMatchesScalarLoopForF32AndF16Caches) {
@@ -900,8 +930,15 @@ TEST(CpuAttn, ManyRowsPathMatchesScalarLoopForF32AndF16Caches) {
     // so blocks of tokens see different key counts (causal masking inside a
     // vector) and key counts not a multiple of 4; GQA 7:1 (112-row blocks),
     // 2:1, 1:1 and head_dim 48, 64, 128 (3, 4 and 8 vectors per row).
-    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no AVX-512";
-    for (AttnSetup s : {AttnSetup{14, 2, 64, 48}, AttnSetup{4, 2, 128, 48},
-                        AttnSetup{2, 2, 128, 48}, AttnSetup{4, 2, 48, 48}})
-        for (DType kvt : {DType::F32, DType::F16}) expect_simd_attn_matches_scalar(s, kvt, 21, 45);
+    // once per level with a SIMD attention kernel
+    int levels = 0;
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        if (!cpu::attn_simd_supported(64)) return;
+        ++levels;
+        for (AttnSetup s : {AttnSetup{14, 2, 64, 48}, AttnSetup{4, 2, 128, 48},
+                            AttnSetup{2, 2, 128, 48}, AttnSetup{4, 2, 48, 48}})
+            for (DType kvt : {DType::F32, DType::F16})
+                expect_simd_attn_matches_scalar(s, kvt, 21, 45);
+    });
+    if (levels == 0) GTEST_SKIP() << "no SIMD attention kernel on this CPU";
 }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "backend/cpu/isa.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -23,8 +25,7 @@ void swiglu_scalar(const float* a, const float* b, float* y, int64_t i, int64_t 
 
 #ifdef MINFER_VEC_X86
 bool has_avx512() {
-    static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-    return yes;
+    return isa_at_least(IsaLevel::Avx512);
 }
 
 MINFER_AVX512 void swiglu_avx512(const float* a, const float* b, float* y, int64_t n) {
