@@ -391,6 +391,38 @@ TEST(CpuMatMul, GemmPathEqualsTokenByTokenDots) {
     });
 }
 
+TEST(CpuMatMul, GemmRowOfATokenIsBitwiseTheSameInAnyBatch) {
+    // Batch invariance (many sequences share a pass): a token's outputs from
+    // the GEMM depend only on its activations and the weights, not on how
+    // many tokens surround it, where it sits among them (micro-tile edges)
+    // or the thread count. Token 5 of a 19-token batch against the same
+    // token at the front of a 4-token batch and in the middle of a 9-token
+    // one. (Below 4 tokens matmul takes the dot products, whose float order
+    // differs: see GemmPathEqualsTokenByTokenDots.)
+    const int64_t K = 512, M = 40;
+    for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+        Weight w = make_weight(t, K, M, 4);
+        const cpu::MatMulPart part{&w.view, 0};
+        std::vector<float> x = random_floats(static_cast<size_t>(K * 19), 23);
+        minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+            if (!cpu::gemm_supported(t, K)) {
+                EXPECT_EQ(level, cpu::IsaLevel::Scalar) << dtype_name(t);
+                return;
+            }
+            ThreadPool p1(1), p2(2);
+            std::vector<float> all(static_cast<size_t>(M * 19)), front(static_cast<size_t>(M * 4)),
+                mid(static_cast<size_t>(M * 9));
+            cpu::matmul(&part, 1, x.data(), K, 19, all.data(), M, p2);
+            cpu::matmul(&part, 1, x.data() + 5 * K, K, 4, front.data(), M, p1);
+            cpu::matmul(&part, 1, x.data() + 1 * K, K, 9, mid.data(), M, p2);
+            EXPECT_EQ(0, std::memcmp(all.data() + 5 * M, front.data(), M * sizeof(float)))
+                << dtype_name(t);
+            EXPECT_EQ(0, std::memcmp(all.data() + 5 * M, mid.data() + 4 * M, M * sizeof(float)))
+                << dtype_name(t);
+        });
+    }
+}
+
 // ---- interleaved weights (tensor/interleave.h) ---------------------------------
 
 TEST(Interleave, RoundTripsEveryRowAndKeepsTheBytes) {
