@@ -3,6 +3,8 @@
 # they are present: logits of every shared model, whole prompt in one pass
 # and in passes of 64 tokens, checked by compare_logits.py at its default
 # bounds; and perplexity of the tiny KJV models within 0.5% of llama.cpp's.
+# Each check runs once per kernel level this CPU has (MINFER_CPU: scalar,
+# avx2, avx512 on x86-64; neon, dotprod, i8mm on ARM64).
 set -euo pipefail
 minfer="$1"
 shared="$2"
@@ -11,6 +13,11 @@ py=/usr/bin/python3
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 status=0
+for level in scalar avx2 avx512 neon dotprod i8mm; do
+# minfer refuses a level this CPU lacks (exit 1): skip it
+MINFER_CPU=$level "$minfer" info "$shared/models/kjv-tiny-f32.gguf" >/dev/null 2>&1 || continue
+export MINFER_CPU=$level
+echo "== MINFER_CPU=$level"
 case "$what" in
 logits)
   for ref in "$shared"/ref/*/; do
@@ -36,4 +43,5 @@ perplexity)
   done
   ;;
 esac
+done
 exit $status
