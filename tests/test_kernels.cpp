@@ -518,81 +518,86 @@ TEST(CpuMatMul, InterleavedWeightsMatchTheFileLayout) {
 // ---- small ops --------------------------------------------------------------------
 
 TEST(CpuOps, RmsNormAndHeadNormMatchDoubleReference) {
-    // One float scale and two float multiplies per element after a double
-    // sum: relative error a few 2^-24; 1e-6 relative is generous.
-    const int64_t ne0 = 128, n = 3, hd = 32;
-    ThreadPool pool(2);
-    auto x = random_floats(static_cast<size_t>(ne0 * n), 1, -2, 2);
-    auto w = random_floats(static_cast<size_t>(ne0), 2);
-    TensorView wv{"norm", DType::F32, {ne0, 1, 1, 1}, w.data(), w.size() * 4};
-    TensorView hv{"head_norm", DType::F32, {hd, 1, 1, 1}, w.data(), hd * 4};
-    std::vector<float> out(x.size()), out_h(x.size());
-    Node norm = make_node(Op::RmsNorm, {ne0, n, 1, 1});
-    norm.meta.eps = 1e-6f;
-    norm.weights = {&wv};
-    cpu::run_node(norm, NodeData{{x.data()}, out.data(), nullptr, nullptr, {}}, pool);
-    Node hn = make_node(Op::HeadNorm, {ne0, n, 1, 1});
-    hn.meta.eps = 1e-6f;
-    hn.meta.head_dim = hd;
-    hn.weights = {&hv};
-    cpu::run_node(hn, NodeData{{x.data()}, out_h.data(), nullptr, nullptr, {}}, pool);
-    for (int64_t t = 0; t < n; ++t) {
-        const float* xt = x.data() + t * ne0;
-        double ss = 0;
-        for (int64_t i = 0; i < ne0; ++i) ss += double(xt[i]) * xt[i];
-        const double sc = 1.0 / std::sqrt(ss / ne0 + 1e-6);
-        for (int64_t i = 0; i < ne0; ++i) {
-            const double ref = xt[i] * sc * w[static_cast<size_t>(i)];
-            EXPECT_NEAR(out[static_cast<size_t>(t * ne0 + i)], ref, 1e-6 * std::fabs(ref) + 1e-7);
-        }
-        for (int64_t h = 0; h < ne0 / hd; ++h) {
-            double hs = 0;
-            for (int64_t i = 0; i < hd; ++i) hs += double(xt[h * hd + i]) * xt[h * hd + i];
-            const double hsc = 1.0 / std::sqrt(hs / hd + 1e-6);
-            for (int64_t i = 0; i < hd; ++i) {
-                const double ref = xt[h * hd + i] * hsc * w[static_cast<size_t>(i)];
-                EXPECT_NEAR(out_h[static_cast<size_t>(t * ne0 + h * hd + i)], ref,
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        // One float scale and two float multiplies per element after a double
+        // sum: relative error a few 2^-24; 1e-6 relative is generous.
+        const int64_t ne0 = 128, n = 3, hd = 32;
+        ThreadPool pool(2);
+        auto x = random_floats(static_cast<size_t>(ne0 * n), 1, -2, 2);
+        auto w = random_floats(static_cast<size_t>(ne0), 2);
+        TensorView wv{"norm", DType::F32, {ne0, 1, 1, 1}, w.data(), w.size() * 4};
+        TensorView hv{"head_norm", DType::F32, {hd, 1, 1, 1}, w.data(), hd * 4};
+        std::vector<float> out(x.size()), out_h(x.size());
+        Node norm = make_node(Op::RmsNorm, {ne0, n, 1, 1});
+        norm.meta.eps = 1e-6f;
+        norm.weights = {&wv};
+        cpu::run_node(norm, NodeData{{x.data()}, out.data(), nullptr, nullptr, {}}, pool);
+        Node hn = make_node(Op::HeadNorm, {ne0, n, 1, 1});
+        hn.meta.eps = 1e-6f;
+        hn.meta.head_dim = hd;
+        hn.weights = {&hv};
+        cpu::run_node(hn, NodeData{{x.data()}, out_h.data(), nullptr, nullptr, {}}, pool);
+        for (int64_t t = 0; t < n; ++t) {
+            const float* xt = x.data() + t * ne0;
+            double ss = 0;
+            for (int64_t i = 0; i < ne0; ++i) ss += double(xt[i]) * xt[i];
+            const double sc = 1.0 / std::sqrt(ss / ne0 + 1e-6);
+            for (int64_t i = 0; i < ne0; ++i) {
+                const double ref = xt[i] * sc * w[static_cast<size_t>(i)];
+                EXPECT_NEAR(out[static_cast<size_t>(t * ne0 + i)], ref,
                             1e-6 * std::fabs(ref) + 1e-7);
             }
+            for (int64_t h = 0; h < ne0 / hd; ++h) {
+                double hs = 0;
+                for (int64_t i = 0; i < hd; ++i) hs += double(xt[h * hd + i]) * xt[h * hd + i];
+                const double hsc = 1.0 / std::sqrt(hs / hd + 1e-6);
+                for (int64_t i = 0; i < hd; ++i) {
+                    const double ref = xt[h * hd + i] * hsc * w[static_cast<size_t>(i)];
+                    EXPECT_NEAR(out_h[static_cast<size_t>(t * ne0 + h * hd + i)], ref,
+                                1e-6 * std::fabs(ref) + 1e-7);
+                }
+            }
         }
-    }
+    });
 }
 
 TEST(CpuOps, ElementwiseOpsMatchReference) {
-    // One or two float operations per element, expf within 1 ulp: 1e-6
-    // relative (+1e-7 absolute near zero).
-    const int64_t ne0 = 64, n = 5;
-    ThreadPool pool(2);
-    auto a = random_floats(static_cast<size_t>(ne0 * n), 3, -6, 6);
-    auto b = random_floats(static_cast<size_t>(ne0 * n), 4, -2, 2);
-    TensorView bias{"bias", DType::F32, {ne0, 1, 1, 1}, b.data(), static_cast<size_t>(ne0) * 4};
-    std::vector<float> out(a.size());
-    auto run = [&](Op op, std::vector<const void*> src) {
-        Node node = make_node(op, {ne0, n, 1, 1});
-        if (op == Op::AddBias) node.weights = {&bias};
-        cpu::run_node(node, NodeData{src, out.data(), nullptr, nullptr, {}}, pool);
-    };
-    auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
-    run(Op::Add, {a.data(), b.data()});
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i]);
-    run(Op::Mul, {a.data(), b.data()});
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] * b[i]);
-    run(Op::AddBias, {a.data()});
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i % ne0]);
-    run(Op::Silu, {a.data()});
-    for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_NEAR(out[i], silu(a[i]), 1e-6 * std::fabs(silu(a[i])) + 1e-7);
-    run(Op::SwiGLU, {a.data(), b.data()});
-    for (size_t i = 0; i < a.size(); ++i) {
-        const double ref = silu(a[i]) * b[i];
-        EXPECT_NEAR(out[i], ref, 1e-6 * std::fabs(ref) + 1e-7);
-    }
-    // in place
-    std::vector<float> c = a;
-    Node s = make_node(Op::Silu, {ne0, n, 1, 1});
-    cpu::run_node(s, NodeData{{c.data()}, c.data(), nullptr, nullptr, {}}, pool);
-    for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_NEAR(c[i], silu(a[i]), 1e-6 * std::fabs(silu(a[i])) + 1e-7);
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        // One or two float operations per element, expf within 1 ulp: 1e-6
+        // relative (+1e-7 absolute near zero).
+        const int64_t ne0 = 64, n = 5;
+        ThreadPool pool(2);
+        auto a = random_floats(static_cast<size_t>(ne0 * n), 3, -6, 6);
+        auto b = random_floats(static_cast<size_t>(ne0 * n), 4, -2, 2);
+        TensorView bias{"bias", DType::F32, {ne0, 1, 1, 1}, b.data(), static_cast<size_t>(ne0) * 4};
+        std::vector<float> out(a.size());
+        auto run = [&](Op op, std::vector<const void*> src) {
+            Node node = make_node(op, {ne0, n, 1, 1});
+            if (op == Op::AddBias) node.weights = {&bias};
+            cpu::run_node(node, NodeData{src, out.data(), nullptr, nullptr, {}}, pool);
+        };
+        auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
+        run(Op::Add, {a.data(), b.data()});
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i]);
+        run(Op::Mul, {a.data(), b.data()});
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] * b[i]);
+        run(Op::AddBias, {a.data()});
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i % ne0]);
+        run(Op::Silu, {a.data()});
+        for (size_t i = 0; i < a.size(); ++i)
+            EXPECT_NEAR(out[i], silu(a[i]), 1e-6 * std::fabs(silu(a[i])) + 1e-7);
+        run(Op::SwiGLU, {a.data(), b.data()});
+        for (size_t i = 0; i < a.size(); ++i) {
+            const double ref = silu(a[i]) * b[i];
+            EXPECT_NEAR(out[i], ref, 1e-6 * std::fabs(ref) + 1e-7);
+        }
+        // in place
+        std::vector<float> c = a;
+        Node s = make_node(Op::Silu, {ne0, n, 1, 1});
+        cpu::run_node(s, NodeData{{c.data()}, c.data(), nullptr, nullptr, {}}, pool);
+        for (size_t i = 0; i < a.size(); ++i)
+            EXPECT_NEAR(c[i], silu(a[i]), 1e-6 * std::fabs(silu(a[i])) + 1e-7);
+    });
 }
 
 TEST(CpuOps, GetRowsDequantizesAndRejectsBadIds) {
