@@ -25,13 +25,6 @@ void EngineFlags::add_to(ArgParser& p, bool with_ctx) {
 }
 
 model::Model EngineFlags::load_model(const std::string& path) const {
-    // The first report of every run that loads a model: which kernels it uses.
-    const cpu::IsaLevel level = cpu::isa_level(), detected = cpu::isa_detected();
-    if (level == detected)
-        std::fprintf(stderr, "minfer: cpu kernels %s\n", cpu::isa_name(level));
-    else
-        std::fprintf(stderr, "minfer: cpu kernels %s (MINFER_CPU; this CPU has %s)\n",
-                     cpu::isa_name(level), cpu::isa_name(detected));
     model::Model m = model::Model::load(path);
     if (!no_interleave) runtime::regroup_weights_for_cpu(m);
     return m;
@@ -61,6 +54,14 @@ runtime::SessionOptions EngineFlags::session_options() const {
         o.queue_end_layer = b;
     }
     return o;
+}
+
+std::string cpu_kernels_note() {
+    const cpu::IsaLevel level = cpu::isa_level(), detected = cpu::isa_detected();
+    std::string note = std::string("cpu kernels ") + cpu::isa_name(level);
+    if (level != detected)
+        note += std::string(" (MINFER_CPU; this CPU has ") + cpu::isa_name(detected) + ")";
+    return note;
 }
 
 void warn(const std::string& message) {
