@@ -62,6 +62,7 @@ int cmd_bench(int argc, char** argv, int first) {
     if (n_prompt < 0 || n_gen < 0 || n_depth < 0) throw UsageError("-p, -n and -d must be >= 0");
 
     model::Model model = eng.load_model(model_path);
+    std::fprintf(stderr, "minfer: %s\n", cpu_kernels_note().c_str());
     runtime::BenchParams bp;
     bp.n_prompt = n_prompt;
     bp.n_gen = n_gen;

@@ -164,10 +164,11 @@ int cmd_generate(int argc, char** argv, int first) {
     runtime::Sampler sampler(f.sp);
     f.observe.attach(session);
     timing.load_s = seconds_since(t_load);
-    std::fprintf(stderr, "minfer: model %s (%s, %lld layers), n_ctx %lld, seed %lld, threads %d\n",
-                 f.model_path.c_str(), model.hp.arch_name.c_str(),
-                 static_cast<long long>(model.hp.n_layer), static_cast<long long>(so.n_ctx),
-                 static_cast<long long>(f.seed), session.options().n_threads);
+    std::fprintf(
+        stderr, "minfer: model %s (%s, %lld layers), n_ctx %lld, seed %lld, threads %d, %s\n",
+        f.model_path.c_str(), model.hp.arch_name.c_str(), static_cast<long long>(model.hp.n_layer),
+        static_cast<long long>(so.n_ctx), static_cast<long long>(f.seed),
+        session.options().n_threads, cpu_kernels_note().c_str());
 
     install_sigint_handler(!f.chat);
     if (!f.chat) {

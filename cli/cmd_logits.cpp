@@ -109,8 +109,8 @@ int cmd_logits(int argc, char** argv, int first) {
     const int64_t first_row = std::max<int64_t>(0, n - 8);
     last.write(reinterpret_cast<const char*>(logits.data() + first_row * n_vocab),
                static_cast<std::streamsize>((n - first_row) * n_vocab * sizeof(float)));
-    std::fprintf(stderr, "minfer: wrote logits of %lld positions to %s\n",
-                 static_cast<long long>(n), out_dir.c_str());
+    std::fprintf(stderr, "minfer: wrote logits of %lld positions to %s (%s)\n",
+                 static_cast<long long>(n), out_dir.c_str(), cpu_kernels_note().c_str());
     return 0;
 }
 

@@ -46,9 +46,9 @@ int cmd_perplexity(int argc, char** argv, int first) {
     so.n_ctx = n_ctx;
     so.n_batch = std::min(eng.batch_size, n_ctx);
     runtime::Session session(model, so);
-    std::fprintf(stderr, "minfer: %zu tokens, %lld windows of %lld tokens\n", ids.size(),
+    std::fprintf(stderr, "minfer: %zu tokens, %lld windows of %lld tokens, %s\n", ids.size(),
                  static_cast<long long>(static_cast<int64_t>(ids.size()) / n_ctx),
-                 static_cast<long long>(n_ctx));
+                 static_cast<long long>(n_ctx), cpu_kernels_note().c_str());
     const auto t0 = std::chrono::steady_clock::now();
     std::optional<int32_t> bos;
     if (tok.add_bos() && tok.bos() >= 0) bos = tok.bos();

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "backend/cpu/isa.h"
 #include "tensor/dtype.h"
 
 namespace minfer::cli {
@@ -57,6 +58,14 @@ runtime::SessionOptions EngineFlags::session_options() const {
         o.queue_end_layer = b;
     }
     return o;
+}
+
+std::string cpu_kernels_note() {
+    const cpu::IsaLevel level = cpu::isa_level(), detected = cpu::isa_detected();
+    std::string note = std::string("cpu kernels ") + cpu::isa_name(level);
+    if (level != detected)
+        note += std::string(" (MINFER_CPU; this CPU has ") + cpu::isa_name(detected) + ")";
+    return note;
 }
 
 void warn(const std::string& message) {

@@ -29,6 +29,10 @@ struct EngineFlags {
 };
 
 // Reports go to stderr; this prints "minfer: warning: ..." once.
+// "cpu kernels avx2 (MINFER_CPU; this CPU has avx512)": the level the kernels
+// run at (backend/cpu/isa.h), for each command's first report line.
+std::string cpu_kernels_note();
+
 void warn(const std::string& message);
 
 }  // namespace minfer::cli

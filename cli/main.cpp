@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "backend/cpu/isa.h"
 #include "commands.h"
 #include "util/args.h"
 #include "util/error.h"
@@ -78,6 +79,9 @@ int main(int argc, char** argv) {
         }
     }
     try {
+        // MINFER_CPU caps the kernels' instruction-set level; a value that is
+        // not a level, or one this CPU lacks, stops here (exit 1).
+        minfer::cpu::apply_isa_env();
         return run(argc, argv, first);
     } catch (const minfer::UsageError& e) {
         // One line naming what is wrong, then the usage line and where the

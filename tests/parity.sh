@@ -3,6 +3,8 @@
 # they are present: logits of every shared model, whole prompt in one pass
 # and in passes of 64 tokens, checked by compare_logits.py at its default
 # bounds; and perplexity of the tiny KJV models within 0.5% of llama.cpp's.
+# Each check runs once per kernel level this CPU has (MINFER_CPU: scalar,
+# avx2, avx512 on x86-64; neon, dotprod, i8mm on ARM64).
 set -euo pipefail
 minfer="$1"
 shared="$2"
@@ -23,6 +25,12 @@ missing() {
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 status=0
+builtin="$(dirname "$0")/../models/kjv-tiny-q8_0.gguf"  # in the repository: always there
+for level in scalar avx2 avx512 neon dotprod i8mm; do
+# minfer refuses a level this CPU lacks (exit 1): skip it
+MINFER_CPU=$level "$minfer" info "$builtin" >/dev/null 2>&1 || continue
+export MINFER_CPU=$level
+echo "== MINFER_CPU=$level"
 checked=0
 case "$what" in
 logits)
@@ -60,4 +68,5 @@ perplexity)
   [ "$checked" -eq 3 ] || missing "$((3 - checked)) of the 3 perplexity references could not run"
   ;;
 esac
+done
 exit $status

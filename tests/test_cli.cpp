@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/isa.h"
 #include "cli_runner.h"
 #include "model/model.h"
 #include "runtime/bench.h"
@@ -241,4 +243,40 @@ TEST(Cli, DifferentKAndVCacheTypesAreRefusedNamingBoth) {
         auto r = run_cli("-m " + m + " -p hi -n 1 -c 64 " + flags);
         EXPECT_EQ(r.code, 0) << flags << "\n" << r.err;
     }
+}
+
+TEST(Cli, MinferCpuCapsTheKernelsNamesTheLevelAndRefusesBadValues) {
+    // Every level this CPU has: the run names it first on stderr, and the
+    // greedy text is the same at every level (the built-in model is F32:
+    // the levels differ only in float order, not enough to flip a token).
+    std::string text;
+    for (minfer::cpu::IsaLevel l : minfer::cpu::isa_levels_supported()) {
+        const std::string name = minfer::cpu::isa_name(l);
+        setenv("MINFER_CPU", name.c_str(), 1);
+        auto r = run_cli("-p 'And God said' -n 8 --temp 0 --no-display-prompt");
+        unsetenv("MINFER_CPU");
+        ASSERT_EQ(r.code, 0) << name << ": " << r.err;
+        // on the first line (generate's "minfer: model ..., cpu kernels L")
+        const std::string first = r.err.substr(0, r.err.find('\n'));
+        EXPECT_TRUE(has(first, "cpu kernels " + name)) << r.err;
+        if (text.empty()) text = r.out;
+        EXPECT_EQ(r.out, text) << name;
+    }
+    // Not a level: an error naming the value, exit 1, nothing run.
+    setenv("MINFER_CPU", "avx9", 1);
+    auto bad = run_cli("-p 'And God said' -n 4");
+    unsetenv("MINFER_CPU");
+    EXPECT_EQ(bad.code, 1);
+    EXPECT_TRUE(has(bad.err, "MINFER_CPU='avx9'")) << bad.err;
+    EXPECT_TRUE(bad.out.empty());
+    // A level of the other architecture family: this CPU lacks it.
+#if defined(__x86_64__)
+    setenv("MINFER_CPU", "neon", 1);
+#else
+    setenv("MINFER_CPU", "avx512", 1);
+#endif
+    auto lacks = run_cli("-p 'And God said' -n 4");
+    unsetenv("MINFER_CPU");
+    EXPECT_EQ(lacks.code, 1);
+    EXPECT_TRUE(has(lacks.err, "cannot run")) << lacks.err;
 }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "isa_levels.h"
 #include "model/model.h"
 #include "reference_forward.h"
 #include "runtime/session.h"
@@ -69,29 +70,31 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<double>& b, i
 // right kernel (a wrong dequantizer moves logits by their whole range);
 // kernel-level tests bound each type's dot product tightly.
 TEST(Forward, MatchesDoublePrecisionReferenceForEveryWeightType) {
-    struct Case {
-        const char* arch;
-        tensor::DType type;
-        double tol;
-    };
-    const Case cases[] = {
-        {"qwen2", tensor::DType::F32, 1e-4},  {"qwen3", tensor::DType::F32, 1e-4},
-        {"qwen2", tensor::DType::F16, 2e-3},  {"qwen2", tensor::DType::BF16, 2e-2},
-        {"qwen2", tensor::DType::Q8_0, 2e-2}, {"qwen3", tensor::DType::Q4_0, 2e-2},
-        {"qwen2", tensor::DType::Q4_1, 2e-2}, {"qwen2", tensor::DType::Q5_0, 2e-2},
-        {"qwen3", tensor::DType::Q5_1, 2e-2}, {"qwen2", tensor::DType::IQ4_NL, 2e-2},
-    };
-    for (const Case& c : cases) {
-        TinyModelSpec s;
-        s.arch = c.arch;
-        s.weight_type = c.type;
-        s.tied_output = c.type != tensor::DType::Q4_1;  // one untied case
-        auto l = load(s);
-        const std::vector<double> ref = minfer::testing::reference_logits(l->model, kPrompt);
-        const std::vector<float> got = run(l->model, {}, kPrompt);
-        EXPECT_LT(max_rel_diff(got, ref, l->model.hp.n_vocab), c.tol)
-            << c.arch << " " << tensor::dtype_name(c.type);
-    }
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        struct Case {
+            const char* arch;
+            tensor::DType type;
+            double tol;
+        };
+        const Case cases[] = {
+            {"qwen2", tensor::DType::F32, 1e-4},  {"qwen3", tensor::DType::F32, 1e-4},
+            {"qwen2", tensor::DType::F16, 2e-3},  {"qwen2", tensor::DType::BF16, 2e-2},
+            {"qwen2", tensor::DType::Q8_0, 2e-2}, {"qwen3", tensor::DType::Q4_0, 2e-2},
+            {"qwen2", tensor::DType::Q4_1, 2e-2}, {"qwen2", tensor::DType::Q5_0, 2e-2},
+            {"qwen3", tensor::DType::Q5_1, 2e-2}, {"qwen2", tensor::DType::IQ4_NL, 2e-2},
+        };
+        for (const Case& c : cases) {
+            TinyModelSpec s;
+            s.arch = c.arch;
+            s.weight_type = c.type;
+            s.tied_output = c.type != tensor::DType::Q4_1;  // one untied case
+            auto l = load(s);
+            const std::vector<double> ref = minfer::testing::reference_logits(l->model, kPrompt);
+            const std::vector<float> got = run(l->model, {}, kPrompt);
+            EXPECT_LT(max_rel_diff(got, ref, l->model.hp.n_vocab), c.tol)
+                << c.arch << " " << tensor::dtype_name(c.type);
+        }
+    });
 }
 
 namespace {
@@ -111,48 +114,52 @@ TinyModelSpec k_quant_spec(tensor::DType t) {
 }  // namespace
 
 TEST(Forward, KQuantsMatchReference) {
-    for (tensor::DType t : {tensor::DType::Q2_K, tensor::DType::Q3_K, tensor::DType::Q4_K,
-                            tensor::DType::Q5_K, tensor::DType::Q6_K, tensor::DType::IQ4_XS}) {
-        auto l = load(k_quant_spec(t));
-        const std::vector<double> ref = minfer::testing::reference_logits(l->model, kPrompt);
-        const std::vector<float> got = run(l->model, {}, kPrompt);
-        EXPECT_LT(max_rel_diff(got, ref, l->model.hp.n_vocab), 3e-2) << tensor::dtype_name(t);
-    }
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        for (tensor::DType t : {tensor::DType::Q2_K, tensor::DType::Q3_K, tensor::DType::Q4_K,
+                                tensor::DType::Q5_K, tensor::DType::Q6_K, tensor::DType::IQ4_XS}) {
+            auto l = load(k_quant_spec(t));
+            const std::vector<double> ref = minfer::testing::reference_logits(l->model, kPrompt);
+            const std::vector<float> got = run(l->model, {}, kPrompt);
+            EXPECT_LT(max_rel_diff(got, ref, l->model.hp.n_vocab), 3e-2) << tensor::dtype_name(t);
+        }
+    });
 }
 
 TEST(Forward, InterleavedWeightsMatchReferenceInPromptAndDecode) {
-    // Model::interleave_weights (the CLI's default) for each type with an
-    // interleaved kernel: the prompt in one pass (GEMM on regrouped rows)
-    // and token by token (the 16-row decode kernels), against the reference
-    // computed from the file's layout, at the tolerances above.
-    struct Case {
-        const char* arch;
-        tensor::DType type;
-        bool k_quant;
-    };
-    for (const Case& c :
-         {Case{"qwen2", tensor::DType::Q8_0, false}, Case{"qwen2", tensor::DType::Q5_0, false},
-          Case{"qwen3", tensor::DType::Q4_K, true}, Case{"qwen3", tensor::DType::Q6_K, true}}) {
-        SCOPED_TRACE(std::string(c.arch) + " " + std::string(tensor::dtype_name(c.type)));
-        TinyModelSpec s = c.k_quant ? k_quant_spec(c.type) : TinyModelSpec{};
-        s.arch = c.arch;
-        s.weight_type = c.type;
-        auto l = load(s);
-        const std::vector<double> ref = minfer::testing::reference_logits(l->model, kPrompt);
-        ASSERT_GT(l->model.interleave_weights(), 0u);
-        const double tol = c.k_quant ? 3e-2 : 2e-2;
-        EXPECT_LT(max_rel_diff(run(l->model, {}, kPrompt), ref, l->model.hp.n_vocab), tol);
-        runtime::SessionOptions o;
-        o.n_ctx = 64;
-        o.n_threads = 2;
-        runtime::Session sess(l->model, o);
-        std::vector<float> steps;
-        for (int32_t id : kPrompt) {
-            const std::vector<float> row = sess.eval(std::vector<int32_t>{id});
-            steps.insert(steps.end(), row.begin(), row.end());
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        // Model::interleave_weights (the CLI's default) for each type with an
+        // interleaved kernel: the prompt in one pass (GEMM on regrouped rows)
+        // and token by token (the 16-row decode kernels), against the reference
+        // computed from the file's layout, at the tolerances above.
+        struct Case {
+            const char* arch;
+            tensor::DType type;
+            bool k_quant;
+        };
+        for (const Case& c :
+             {Case{"qwen2", tensor::DType::Q8_0, false}, Case{"qwen2", tensor::DType::Q5_0, false},
+              Case{"qwen3", tensor::DType::Q4_K, true}, Case{"qwen3", tensor::DType::Q6_K, true}}) {
+            SCOPED_TRACE(std::string(c.arch) + " " + std::string(tensor::dtype_name(c.type)));
+            TinyModelSpec s = c.k_quant ? k_quant_spec(c.type) : TinyModelSpec{};
+            s.arch = c.arch;
+            s.weight_type = c.type;
+            auto l = load(s);
+            const std::vector<double> ref = minfer::testing::reference_logits(l->model, kPrompt);
+            ASSERT_GT(l->model.interleave_weights(), 0u);
+            const double tol = c.k_quant ? 3e-2 : 2e-2;
+            EXPECT_LT(max_rel_diff(run(l->model, {}, kPrompt), ref, l->model.hp.n_vocab), tol);
+            runtime::SessionOptions o;
+            o.n_ctx = 64;
+            o.n_threads = 2;
+            runtime::Session sess(l->model, o);
+            std::vector<float> steps;
+            for (int32_t id : kPrompt) {
+                const std::vector<float> row = sess.eval(std::vector<int32_t>{id});
+                steps.insert(steps.end(), row.begin(), row.end());
+            }
+            EXPECT_LT(max_rel_diff(steps, ref, l->model.hp.n_vocab), tol);
         }
-        EXPECT_LT(max_rel_diff(steps, ref, l->model.hp.n_vocab), tol);
-    }
+    });
 }
 
 TEST(Forward, OtherHeadSizesAndRopeBases) {

@@ -17,6 +17,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
+#include "isa_levels.h"
 #include "tensor/blocks.h"
 #include "tensor/interleave.h"
 #include "tensor/quants.h"
@@ -300,9 +301,11 @@ void expect_matmul_within_activation_error(int64_t K, int64_t M, int64_t n) {
     }
 }
 
+// Each check once per kernel level this CPU has.
 TEST(CpuMatMul, EveryWeightTypeMatchesDequantizedDotWithinActivationError) {
     // n = 5 tokens: from 4 tokens on the GEMM path runs where it exists.
-    expect_matmul_within_activation_error(512, 9, 5);
+    minfer::testing::for_each_isa_level(
+        [&](cpu::IsaLevel) { expect_matmul_within_activation_error(512, 9, 5); });
 }
 
 TEST(CpuMatMul, OddBlockCountsAndKNotAMultipleOf64) {
@@ -310,79 +313,124 @@ TEST(CpuMatMul, OddBlockCountsAndKNotAMultipleOf64) {
     // kernel that steps two blocks at a time has a tail); K = 768: three
     // 256-wide super-blocks. M = 17: one row past a 16-row panel. One token
     // (the dot path) and five (the GEMM path).
-    for (int64_t K : {96, 160, 224, 768})
-        for (int64_t n : {1, 5}) expect_matmul_within_activation_error(K, 17, n);
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        for (int64_t K : {96, 160, 224, 768})
+            for (int64_t n : {1, 5}) expect_matmul_within_activation_error(K, 17, n);
+    });
 }
 
 TEST(CpuMatMul, SameBitsWithOneAndTwoThreadsAndPrefillTiles) {
-    // n = 40 tokens crosses the 32-token tile, M = 37 rows a partial row block.
-    const int64_t K = 256, M = 37, n = 40;
-    std::vector<float> x = random_floats(static_cast<size_t>(K * n), 3);
-    for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F32}) {
-        Weight w = make_weight(t, K, M, 5);
-        std::vector<float> o1(static_cast<size_t>(M * n)), o2(o1.size()), o3(o1.size());
-        cpu::MatMulPart part{&w.view, 0};
-        ThreadPool p1(1), p2(2);
-        cpu::matmul(&part, 1, x.data(), K, n, o1.data(), M, p1);
-        cpu::matmul(&part, 1, x.data(), K, n, o2.data(), M, p2);
-        EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4)) << dtype_name(t);
-        // token t alone (decode shape) against the same token inside a batch
-        cpu::matmul(&part, 1, x.data() + 7 * K, K, 1, o3.data(), M, p2);
-        if (!cpu::gemm_supported(t, K)) {
-            EXPECT_EQ(0, std::memcmp(o3.data(), o1.data() + 7 * M, static_cast<size_t>(M) * 4));
-            continue;
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+        (void)level;
+        // n = 40 tokens crosses the 32-token tile, M = 37 rows a partial row block.
+        const int64_t K = 256, M = 37, n = 40;
+        std::vector<float> x = random_floats(static_cast<size_t>(K * n), 3);
+        for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F32}) {
+            Weight w = make_weight(t, K, M, 5);
+            std::vector<float> o1(static_cast<size_t>(M * n)), o2(o1.size()), o3(o1.size());
+            cpu::MatMulPart part{&w.view, 0};
+            ThreadPool p1(1), p2(2);
+            cpu::matmul(&part, 1, x.data(), K, n, o1.data(), M, p1);
+            cpu::matmul(&part, 1, x.data(), K, n, o2.data(), M, p2);
+            EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4)) << dtype_name(t);
+            // token t alone (decode shape) against the same token inside a batch
+            cpu::matmul(&part, 1, x.data() + 7 * K, K, 1, o3.data(), M, p2);
+            if (!cpu::gemm_supported(t, K)) {
+                EXPECT_EQ(0, std::memcmp(o3.data(), o1.data() + 7 * M, static_cast<size_t>(M) * 4));
+                continue;
+            }
+            // The batch took the GEMM path: the integer sums per group are the
+            // same, only the float accumulation order differs. Each path rounds
+            // at most K/32 + 8 times along a chain, each by <= 2^-24 of the sum
+            // of |products| (bounded with the dequantized weights and |x|, as
+            // the activation quantization changes |x| by under 1%).
+            std::vector<float> wrow(static_cast<size_t>(K));
+            for (int64_t m = 0; m < M; ++m) {
+                tensor::dequantize_row(t, w.view.row(m), wrow.data(), K);
+                double mag = 0;
+                for (int64_t i = 0; i < K; ++i)
+                    mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(7 * K + i)]);
+                EXPECT_NEAR(o3[size_t(m)], o1[size_t(7 * M + m)],
+                            2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                    << dtype_name(t) << " m=" << m;
+            }
         }
-        // The batch took the GEMM path: the integer sums per group are the
-        // same, only the float accumulation order differs. Each path rounds
-        // at most K/32 + 8 times along a chain, each by <= 2^-24 of the sum
-        // of |products| (bounded with the dequantized weights and |x|, as
-        // the activation quantization changes |x| by under 1%).
-        std::vector<float> wrow(static_cast<size_t>(K));
-        for (int64_t m = 0; m < M; ++m) {
-            tensor::dequantize_row(t, w.view.row(m), wrow.data(), K);
-            double mag = 0;
-            for (int64_t i = 0; i < K; ++i)
-                mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(7 * K + i)]);
-            EXPECT_NEAR(o3[size_t(m)], o1[size_t(7 * M + m)],
-                        2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
-                << dtype_name(t) << " m=" << m;
-        }
-    }
+    });
 }
 
 TEST(CpuMatMul, GemmPathEqualsTokenByTokenDots) {
-    // Every GEMM weight type, a fused 3-part matmul with a partial 16-row
-    // tile, 4..9 tokens (full and partial 4-token micro-tiles): each output
-    // equals the vec_dot path of that token alone, within the float-order
-    // bound argued above.
-    const int64_t K = 512;
-    for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
-        if (!cpu::gemm_supported(t, K)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
-        Weight a = make_weight(t, K, 21, 1), b = make_weight(t, K, 6, 2),
-               c = make_weight(t, K, 6, 3);
-        const cpu::MatMulPart parts[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 27}};
-        const int64_t M = 33;
-        for (int64_t n : {4, 9, 19}) {
-            std::vector<float> x = random_floats(static_cast<size_t>(K * n), 17 + uint32_t(n));
-            std::vector<float> batch(static_cast<size_t>(M * n)), one(static_cast<size_t>(M));
-            ThreadPool pool(2);
-            cpu::matmul(parts, 3, x.data(), K, n, batch.data(), M, pool);
-            std::vector<float> wrow(static_cast<size_t>(K));
-            for (int64_t tok = 0; tok < n; ++tok) {
-                cpu::matmul(parts, 3, x.data() + tok * K, K, 1, one.data(), M, pool);
-                for (int64_t m = 0; m < M; ++m) {
-                    const Weight& w = m < 21 ? a : m < 27 ? b : c;
-                    const int64_t r = m < 21 ? m : m < 27 ? m - 21 : m - 27;
-                    tensor::dequantize_row(t, w.view.row(r), wrow.data(), K);
-                    double mag = 0;
-                    for (int64_t i = 0; i < K; ++i)
-                        mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
-                    EXPECT_NEAR(batch[size_t(tok * M + m)], one[size_t(m)],
-                                2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
-                        << dtype_name(t) << " n=" << n << " t=" << tok << " m=" << m;
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+        (void)level;
+        // Every GEMM weight type, a fused 3-part matmul with a partial 16-row
+        // tile, 4..9 tokens (full and partial 4-token micro-tiles): each output
+        // equals the vec_dot path of that token alone, within the float-order
+        // bound argued above.
+        const int64_t K = 512;
+        for (DType t :
+             {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+            if (!cpu::gemm_supported(t, K)) {
+                // every SIMD level has a GEMM for these types
+                EXPECT_EQ(level, cpu::IsaLevel::Scalar) << dtype_name(t);
+                return;
+            }
+            Weight a = make_weight(t, K, 21, 1), b = make_weight(t, K, 6, 2),
+                   c = make_weight(t, K, 6, 3);
+            const cpu::MatMulPart parts[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 27}};
+            const int64_t M = 33;
+            for (int64_t n : {4, 9, 19}) {
+                std::vector<float> x = random_floats(static_cast<size_t>(K * n), 17 + uint32_t(n));
+                std::vector<float> batch(static_cast<size_t>(M * n)), one(static_cast<size_t>(M));
+                ThreadPool pool(2);
+                cpu::matmul(parts, 3, x.data(), K, n, batch.data(), M, pool);
+                std::vector<float> wrow(static_cast<size_t>(K));
+                for (int64_t tok = 0; tok < n; ++tok) {
+                    cpu::matmul(parts, 3, x.data() + tok * K, K, 1, one.data(), M, pool);
+                    for (int64_t m = 0; m < M; ++m) {
+                        const Weight& w = m < 21 ? a : m < 27 ? b : c;
+                        const int64_t r = m < 21 ? m : m < 27 ? m - 21 : m - 27;
+                        tensor::dequantize_row(t, w.view.row(r), wrow.data(), K);
+                        double mag = 0;
+                        for (int64_t i = 0; i < K; ++i)
+                            mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
+                        EXPECT_NEAR(batch[size_t(tok * M + m)], one[size_t(m)],
+                                    2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                            << dtype_name(t) << " n=" << n << " t=" << tok << " m=" << m;
+                    }
                 }
             }
         }
+    });
+}
+
+TEST(CpuMatMul, GemmRowOfATokenIsBitwiseTheSameInAnyBatch) {
+    // Batch invariance (many sequences share a pass): a token's outputs from
+    // the GEMM depend only on its activations and the weights, not on how
+    // many tokens surround it, where it sits among them (micro-tile edges)
+    // or the thread count. Token 5 of a 19-token batch against the same
+    // token at the front of a 4-token batch and in the middle of a 9-token
+    // one. (Below 4 tokens matmul takes the dot products, whose float order
+    // differs: see GemmPathEqualsTokenByTokenDots.)
+    const int64_t K = 512, M = 40;
+    for (DType t : {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+        Weight w = make_weight(t, K, M, 4);
+        const cpu::MatMulPart part{&w.view, 0};
+        std::vector<float> x = random_floats(static_cast<size_t>(K * 19), 23);
+        minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+            if (!cpu::gemm_supported(t, K)) {
+                EXPECT_EQ(level, cpu::IsaLevel::Scalar) << dtype_name(t);
+                return;
+            }
+            ThreadPool p1(1), p2(2);
+            std::vector<float> all(static_cast<size_t>(M * 19)), front(static_cast<size_t>(M * 4)),
+                mid(static_cast<size_t>(M * 9));
+            cpu::matmul(&part, 1, x.data(), K, 19, all.data(), M, p2);
+            cpu::matmul(&part, 1, x.data() + 5 * K, K, 4, front.data(), M, p1);
+            cpu::matmul(&part, 1, x.data() + 1 * K, K, 9, mid.data(), M, p2);
+            EXPECT_EQ(0, std::memcmp(all.data() + 5 * M, front.data(), M * sizeof(float)))
+                << dtype_name(t);
+            EXPECT_EQ(0, std::memcmp(all.data() + 5 * M, mid.data() + 4 * M, M * sizeof(float)))
+                << dtype_name(t);
+        });
     }
 }
 
@@ -413,174 +461,139 @@ TEST(Interleave, RoundTripsEveryRowAndKeepsTheBytes) {
 }
 
 TEST(CpuMatMul, InterleavedWeightsMatchTheFileLayout) {
-    // Decode (1 token), small batches (dot path, 3 tokens) and prompt
-    // batches (GEMM, 9 and 40 tokens) on interleaved weights against the
-    // same weights in GGUF rows: the integer sums are the same, only the
-    // float order differs (the bound argued for the GEMM above). Parts: a
-    // 21-row Q8_0 part first, so the interleaved part's groups straddle
-    // the threads' 16-row blocks (partial groups), then two interleaved
-    // parts.
-    const int64_t K = 512;
-    for (DType t : {DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::Q8_0}) {
-        SCOPED_TRACE(dtype_name(t));
-        Weight a = make_weight(DType::Q8_0, K, 21, 1), b = make_weight(t, K, 32, 2),
-               c = make_weight(t, K, 48, 3);
-        std::vector<uint8_t> bi(b.bytes.size()), ci(c.bytes.size());
-        tensor::interleave_rows(t, b.bytes.data(), K, 32, bi.data());
-        tensor::interleave_rows(t, c.bytes.data(), K, 48, ci.data());
-        TensorView bv = b.view, cv = c.view;
-        bv.data = bi.data();
-        cv.data = ci.data();
-        bv.layout = cv.layout = TensorView::Layout::Rows16;
-        // with the 21-row lead part (groups straddle tiles) and without it
-        // (whole groups: the GEMM fills its panels straight from them)
-        for (const bool lead : {true, false}) {
-            const int64_t off = lead ? 21 : 0;
-            const cpu::MatMulPart plain_all[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 53}};
-            const cpu::MatMulPart inter_all[3] = {{&a.view, 0}, {&bv, 21}, {&cv, 53}};
-            const cpu::MatMulPart plain_bc[2] = {{&b.view, 0}, {&c.view, 32}};
-            const cpu::MatMulPart inter_bc[2] = {{&bv, 0}, {&cv, 32}};
-            const cpu::MatMulPart* plain = lead ? plain_all : plain_bc;
-            const cpu::MatMulPart* inter = lead ? inter_all : inter_bc;
-            const int n_parts = lead ? 3 : 2;
-            const int64_t M = 80 + off;
-            for (int64_t n : {1, 3, 9, 40}) {
-                for (int threads : {1, 2}) {
-                    std::vector<float> x =
-                        random_floats(static_cast<size_t>(K * n), 5 + uint32_t(n));
-                    std::vector<float> want(static_cast<size_t>(M * n)), got(want.size(), NAN);
-                    ThreadPool pool(threads);
-                    cpu::matmul(plain, n_parts, x.data(), K, n, want.data(), M, pool);
-                    cpu::matmul(inter, n_parts, x.data(), K, n, got.data(), M, pool);
-                    std::vector<float> wrow(static_cast<size_t>(K));
-                    for (int64_t tok = 0; tok < n; ++tok)
-                        for (int64_t m = 0; m < M; ++m) {
-                            const Weight& w = m < off ? a : m < off + 32 ? b : c;
-                            const int64_t r = m < off ? m : m < off + 32 ? m - off : m - off - 32;
-                            tensor::dequantize_row(w.view.type, w.view.row(r), wrow.data(), K);
-                            double mag = 0;
-                            for (int64_t i = 0; i < K; ++i)
-                                mag += std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
-                            ASSERT_NEAR(got[size_t(tok * M + m)], want[size_t(tok * M + m)],
-                                        2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
-                                << "lead=" << lead << " n=" << n << " threads=" << threads
-                                << " t=" << tok << " m=" << m;
-                        }
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+        (void)level;
+        // Decode (1 token), small batches (dot path, 3 tokens) and prompt
+        // batches (GEMM, 9 and 40 tokens) on interleaved weights against the
+        // same weights in GGUF rows: the integer sums are the same, only the
+        // float order differs (the bound argued for the GEMM above). Parts: a
+        // 21-row Q8_0 part first, so the interleaved part's groups straddle
+        // the threads' 16-row blocks (partial groups), then two interleaved
+        // parts.
+        const int64_t K = 512;
+        for (DType t : {DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::Q8_0}) {
+            SCOPED_TRACE(dtype_name(t));
+            Weight a = make_weight(DType::Q8_0, K, 21, 1), b = make_weight(t, K, 32, 2),
+                   c = make_weight(t, K, 48, 3);
+            std::vector<uint8_t> bi(b.bytes.size()), ci(c.bytes.size());
+            tensor::interleave_rows(t, b.bytes.data(), K, 32, bi.data());
+            tensor::interleave_rows(t, c.bytes.data(), K, 48, ci.data());
+            TensorView bv = b.view, cv = c.view;
+            bv.data = bi.data();
+            cv.data = ci.data();
+            bv.layout = cv.layout = TensorView::Layout::Rows16;
+            // with the 21-row lead part (groups straddle tiles) and without it
+            // (whole groups: the GEMM fills its panels straight from them)
+            for (const bool lead : {true, false}) {
+                const int64_t off = lead ? 21 : 0;
+                const cpu::MatMulPart plain_all[3] = {{&a.view, 0}, {&b.view, 21}, {&c.view, 53}};
+                const cpu::MatMulPart inter_all[3] = {{&a.view, 0}, {&bv, 21}, {&cv, 53}};
+                const cpu::MatMulPart plain_bc[2] = {{&b.view, 0}, {&c.view, 32}};
+                const cpu::MatMulPart inter_bc[2] = {{&bv, 0}, {&cv, 32}};
+                const cpu::MatMulPart* plain = lead ? plain_all : plain_bc;
+                const cpu::MatMulPart* inter = lead ? inter_all : inter_bc;
+                const int n_parts = lead ? 3 : 2;
+                const int64_t M = 80 + off;
+                for (int64_t n : {1, 3, 9, 40}) {
+                    for (int threads : {1, 2}) {
+                        std::vector<float> x =
+                            random_floats(static_cast<size_t>(K * n), 5 + uint32_t(n));
+                        std::vector<float> want(static_cast<size_t>(M * n)), got(want.size(), NAN);
+                        ThreadPool pool(threads);
+                        cpu::matmul(plain, n_parts, x.data(), K, n, want.data(), M, pool);
+                        cpu::matmul(inter, n_parts, x.data(), K, n, got.data(), M, pool);
+                        std::vector<float> wrow(static_cast<size_t>(K));
+                        for (int64_t tok = 0; tok < n; ++tok)
+                            for (int64_t m = 0; m < M; ++m) {
+                                const Weight& w = m < off ? a : m < off + 32 ? b : c;
+                                const int64_t r = m < off        ? m
+                                                  : m < off + 32 ? m - off
+                                                                 : m - off - 32;
+                                tensor::dequantize_row(w.view.type, w.view.row(r), wrow.data(), K);
+                                double mag = 0;
+                                for (int64_t i = 0; i < K; ++i)
+                                    mag +=
+                                        std::fabs(double(wrow[size_t(i)]) * x[size_t(tok * K + i)]);
+                                ASSERT_NEAR(got[size_t(tok * M + m)], want[size_t(tok * M + m)],
+                                            2 * (K / 32 + 8) * std::ldexp(1.02 * mag, -24))
+                                    << "lead=" << lead << " n=" << n << " threads=" << threads
+                                    << " t=" << tok << " m=" << m;
+                            }
+                    }
                 }
             }
         }
-    }
+    });
 }
 
 // ---- small ops --------------------------------------------------------------------
 
 TEST(CpuOps, RmsNormAndHeadNormMatchDoubleReference) {
-    // One float scale and two float multiplies per element after a double
-    // sum: relative error a few 2^-24; 1e-6 relative is generous.
-    const int64_t ne0 = 128, n = 3, hd = 32;
-    ThreadPool pool(2);
-    auto x = random_floats(static_cast<size_t>(ne0 * n), 1, -2, 2);
-    auto w = random_floats(static_cast<size_t>(ne0), 2);
-    TensorView wv{"norm", DType::F32, {ne0, 1, 1, 1}, w.data(), w.size() * 4};
-    TensorView hv{"head_norm", DType::F32, {hd, 1, 1, 1}, w.data(), hd * 4};
-    std::vector<float> out(x.size()), out_h(x.size());
-    Node norm = make_node(Op::RmsNorm, {ne0, n, 1, 1});
-    norm.meta.eps = 1e-6f;
-    norm.weights = {&wv};
-    cpu::run_node(norm, NodeData{{x.data()}, out.data(), nullptr, nullptr, {}}, pool);
-    Node hn = make_node(Op::HeadNorm, {ne0, n, 1, 1});
-    hn.meta.eps = 1e-6f;
-    hn.meta.head_dim = hd;
-    hn.weights = {&hv};
-    cpu::run_node(hn, NodeData{{x.data()}, out_h.data(), nullptr, nullptr, {}}, pool);
-    for (int64_t t = 0; t < n; ++t) {
-        const float* xt = x.data() + t * ne0;
-        double ss = 0;
-        for (int64_t i = 0; i < ne0; ++i) ss += double(xt[i]) * xt[i];
-        const double sc = 1.0 / std::sqrt(ss / ne0 + 1e-6);
-        for (int64_t i = 0; i < ne0; ++i) {
-            const double ref = xt[i] * sc * w[static_cast<size_t>(i)];
-            EXPECT_NEAR(out[static_cast<size_t>(t * ne0 + i)], ref, 1e-6 * std::fabs(ref) + 1e-7);
-        }
-        for (int64_t h = 0; h < ne0 / hd; ++h) {
-            double hs = 0;
-            for (int64_t i = 0; i < hd; ++i) hs += double(xt[h * hd + i]) * xt[h * hd + i];
-            const double hsc = 1.0 / std::sqrt(hs / hd + 1e-6);
-            for (int64_t i = 0; i < hd; ++i) {
-                const double ref = xt[h * hd + i] * hsc * w[static_cast<size_t>(i)];
-                EXPECT_NEAR(out_h[static_cast<size_t>(t * ne0 + h * hd + i)], ref,
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        // One float scale and two float multiplies per element after a double
+        // sum: relative error a few 2^-24; 1e-6 relative is generous.
+        const int64_t ne0 = 128, n = 3, hd = 32;
+        ThreadPool pool(2);
+        auto x = random_floats(static_cast<size_t>(ne0 * n), 1, -2, 2);
+        auto w = random_floats(static_cast<size_t>(ne0), 2);
+        TensorView wv{"norm", DType::F32, {ne0, 1, 1, 1}, w.data(), w.size() * 4};
+        TensorView hv{"head_norm", DType::F32, {hd, 1, 1, 1}, w.data(), hd * 4};
+        std::vector<float> out(x.size()), out_h(x.size());
+        Node norm = make_node(Op::RmsNorm, {ne0, n, 1, 1});
+        norm.meta.eps = 1e-6f;
+        norm.weights = {&wv};
+        cpu::run_node(norm, NodeData{{x.data()}, out.data(), nullptr, nullptr, {}}, pool);
+        Node hn = make_node(Op::HeadNorm, {ne0, n, 1, 1});
+        hn.meta.eps = 1e-6f;
+        hn.meta.head_dim = hd;
+        hn.weights = {&hv};
+        cpu::run_node(hn, NodeData{{x.data()}, out_h.data(), nullptr, nullptr, {}}, pool);
+        for (int64_t t = 0; t < n; ++t) {
+            const float* xt = x.data() + t * ne0;
+            double ss = 0;
+            for (int64_t i = 0; i < ne0; ++i) ss += double(xt[i]) * xt[i];
+            const double sc = 1.0 / std::sqrt(ss / ne0 + 1e-6);
+            for (int64_t i = 0; i < ne0; ++i) {
+                const double ref = xt[i] * sc * w[static_cast<size_t>(i)];
+                EXPECT_NEAR(out[static_cast<size_t>(t * ne0 + i)], ref,
                             1e-6 * std::fabs(ref) + 1e-7);
             }
+            for (int64_t h = 0; h < ne0 / hd; ++h) {
+                double hs = 0;
+                for (int64_t i = 0; i < hd; ++i) hs += double(xt[h * hd + i]) * xt[h * hd + i];
+                const double hsc = 1.0 / std::sqrt(hs / hd + 1e-6);
+                for (int64_t i = 0; i < hd; ++i) {
+                    const double ref = xt[h * hd + i] * hsc * w[static_cast<size_t>(i)];
+                    EXPECT_NEAR(out_h[static_cast<size_t>(t * ne0 + h * hd + i)], ref,
+                                1e-6 * std::fabs(ref) + 1e-7);
+                }
+            }
         }
-    }
+    });
 }
 
 TEST(CpuOps, ElementwiseOpsMatchReference) {
-    // One or two float operations per element, expf within 1 ulp: 1e-6
-    // relative (+1e-7 absolute near zero).
-    const int64_t ne0 = 64, n = 5;
-    ThreadPool pool(2);
-    auto a = random_floats(static_cast<size_t>(ne0 * n), 3, -6, 6);
-    auto b = random_floats(static_cast<size_t>(ne0 * n), 4, -2, 2);
-    TensorView bias{"bias", DType::F32, {ne0, 1, 1, 1}, b.data(), static_cast<size_t>(ne0) * 4};
-    std::vector<float> out(a.size());
-    auto run = [&](Op op, std::vector<const void*> src) {
-        Node node = make_node(op, {ne0, n, 1, 1});
-        if (op == Op::AddBias) node.weights = {&bias};
-        cpu::run_node(node, NodeData{src, out.data(), nullptr, nullptr, {}}, pool);
-    };
-    auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
-    run(Op::Add, {a.data(), b.data()});
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i]);
-    run(Op::Mul, {a.data(), b.data()});
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] * b[i]);
-    run(Op::AddBias, {a.data()});
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i % ne0]);
-    run(Op::Silu, {a.data()});
-    for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_NEAR(out[i], silu(a[i]), 1e-6 * std::fabs(silu(a[i])) + 1e-7);
-    run(Op::SwiGLU, {a.data(), b.data()});
-    for (size_t i = 0; i < a.size(); ++i) {
-        const double ref = silu(a[i]) * b[i];
-        EXPECT_NEAR(out[i], ref, 1e-6 * std::fabs(ref) + 1e-7);
-    }
-    // in place
-    std::vector<float> c = a;
-    Node s = make_node(Op::Silu, {ne0, n, 1, 1});
-    cpu::run_node(s, NodeData{{c.data()}, c.data(), nullptr, nullptr, {}}, pool);
-    for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_NEAR(c[i], silu(a[i]), 1e-6 * std::fabs(silu(a[i])) + 1e-7);
-}
-
-TEST(CpuOps, ElementwiseAndNormsOnOddWidths) {
-    // Widths that are not multiples of the SIMD width (16 floats), so every
-    // kernel's tail runs: 1, 3, 15, 17, 31, 33, 100, 129. Same bounds as the
-    // two tests above; HeadNorm with head_dim 20 (a 4-float tail per head).
-    ThreadPool pool(2);
-    auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
-    for (int64_t ne0 : {1, 3, 15, 17, 31, 33, 100, 129}) {
-        SCOPED_TRACE(::testing::Message() << "ne0 " << ne0);
-        const int64_t n = 3;
-        auto a = random_floats(static_cast<size_t>(ne0 * n), 21, -6, 6);
-        auto b = random_floats(static_cast<size_t>(ne0 * n), 22, -2, 2);
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        // One or two float operations per element, expf within 1 ulp: 1e-6
+        // relative (+1e-7 absolute near zero).
+        const int64_t ne0 = 64, n = 5;
+        ThreadPool pool(2);
+        auto a = random_floats(static_cast<size_t>(ne0 * n), 3, -6, 6);
+        auto b = random_floats(static_cast<size_t>(ne0 * n), 4, -2, 2);
         TensorView bias{"bias", DType::F32, {ne0, 1, 1, 1}, b.data(), static_cast<size_t>(ne0) * 4};
-        // Canaries past the end: a tail must not write beyond the row.
-        std::vector<float> out(a.size() + 16, -7.0f);
+        std::vector<float> out(a.size());
         auto run = [&](Op op, std::vector<const void*> src) {
             Node node = make_node(op, {ne0, n, 1, 1});
             if (op == Op::AddBias) node.weights = {&bias};
-            if (op == Op::RmsNorm) {
-                node.meta.eps = 1e-6f;
-                node.weights = {&bias};
-            }
             cpu::run_node(node, NodeData{src, out.data(), nullptr, nullptr, {}}, pool);
         };
+        auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
         run(Op::Add, {a.data(), b.data()});
         for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i]);
         run(Op::Mul, {a.data(), b.data()});
         for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] * b[i]);
         run(Op::AddBias, {a.data()});
-        for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i % size_t(ne0)]);
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i % ne0]);
         run(Op::Silu, {a.data()});
         for (size_t i = 0; i < a.size(); ++i)
             EXPECT_NEAR(out[i], silu(a[i]), 1e-6 * std::fabs(silu(a[i])) + 1e-7);
@@ -589,41 +602,93 @@ TEST(CpuOps, ElementwiseAndNormsOnOddWidths) {
             const double ref = silu(a[i]) * b[i];
             EXPECT_NEAR(out[i], ref, 1e-6 * std::fabs(ref) + 1e-7);
         }
-        run(Op::RmsNorm, {a.data()});
-        for (int64_t t = 0; t < n; ++t) {
-            const float* xt = a.data() + t * ne0;
-            double ss = 0;
-            for (int64_t i = 0; i < ne0; ++i) ss += double(xt[i]) * xt[i];
-            const double sc = 1.0 / std::sqrt(ss / double(ne0) + 1e-6);
-            for (int64_t i = 0; i < ne0; ++i) {
-                const double ref = xt[i] * sc * b[size_t(i)];
-                EXPECT_NEAR(out[size_t(t * ne0 + i)], ref, 1e-6 * std::fabs(ref) + 1e-7);
+        // in place
+        std::vector<float> c = a;
+        Node s = make_node(Op::Silu, {ne0, n, 1, 1});
+        cpu::run_node(s, NodeData{{c.data()}, c.data(), nullptr, nullptr, {}}, pool);
+        for (size_t i = 0; i < a.size(); ++i)
+            EXPECT_NEAR(c[i], silu(a[i]), 1e-6 * std::fabs(silu(a[i])) + 1e-7);
+    });
+}
+
+TEST(CpuOps, ElementwiseAndNormsOnOddWidths) {
+    // once per kernel level this CPU has (the AVX2 and AVX-512 tails differ)
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        // Widths that are not multiples of the SIMD width (16 floats), so every
+        // kernel's tail runs: 1, 3, 15, 17, 31, 33, 100, 129. Same bounds as the
+        // two tests above; HeadNorm with head_dim 20 (a 4-float tail per head).
+        ThreadPool pool(2);
+        auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
+        for (int64_t ne0 : {1, 3, 15, 17, 31, 33, 100, 129}) {
+            SCOPED_TRACE(::testing::Message() << "ne0 " << ne0);
+            const int64_t n = 3;
+            auto a = random_floats(static_cast<size_t>(ne0 * n), 21, -6, 6);
+            auto b = random_floats(static_cast<size_t>(ne0 * n), 22, -2, 2);
+            TensorView bias{
+                "bias", DType::F32, {ne0, 1, 1, 1}, b.data(), static_cast<size_t>(ne0) * 4};
+            // Canaries past the end: a tail must not write beyond the row.
+            std::vector<float> out(a.size() + 16, -7.0f);
+            auto run = [&](Op op, std::vector<const void*> src) {
+                Node node = make_node(op, {ne0, n, 1, 1});
+                if (op == Op::AddBias) node.weights = {&bias};
+                if (op == Op::RmsNorm) {
+                    node.meta.eps = 1e-6f;
+                    node.weights = {&bias};
+                }
+                cpu::run_node(node, NodeData{src, out.data(), nullptr, nullptr, {}}, pool);
+            };
+            run(Op::Add, {a.data(), b.data()});
+            for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i]);
+            run(Op::Mul, {a.data(), b.data()});
+            for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] * b[i]);
+            run(Op::AddBias, {a.data()});
+            for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(out[i], a[i] + b[i % size_t(ne0)]);
+            run(Op::Silu, {a.data()});
+            for (size_t i = 0; i < a.size(); ++i)
+                EXPECT_NEAR(out[i], silu(a[i]), 1e-6 * std::fabs(silu(a[i])) + 1e-7);
+            run(Op::SwiGLU, {a.data(), b.data()});
+            for (size_t i = 0; i < a.size(); ++i) {
+                const double ref = silu(a[i]) * b[i];
+                EXPECT_NEAR(out[i], ref, 1e-6 * std::fabs(ref) + 1e-7);
             }
-        }
-        for (size_t i = a.size(); i < out.size(); ++i) EXPECT_EQ(out[i], -7.0f) << "past the end";
-    }
-    // HeadNorm: 3 heads of 20.
-    const int64_t hd = 20, ne0 = 60, n = 2;
-    auto x = random_floats(static_cast<size_t>(ne0 * n), 23, -2, 2);
-    auto w = random_floats(static_cast<size_t>(hd), 24);
-    TensorView hv{"head_norm", DType::F32, {hd, 1, 1, 1}, w.data(), hd * 4};
-    std::vector<float> out(x.size());
-    Node hn = make_node(Op::HeadNorm, {ne0, n, 1, 1});
-    hn.meta.eps = 1e-6f;
-    hn.meta.head_dim = hd;
-    hn.weights = {&hv};
-    cpu::run_node(hn, NodeData{{x.data()}, out.data(), nullptr, nullptr, {}}, pool);
-    for (int64_t t = 0; t < n; ++t)
-        for (int64_t h = 0; h < ne0 / hd; ++h) {
-            const float* xh = x.data() + t * ne0 + h * hd;
-            double hs = 0;
-            for (int64_t i = 0; i < hd; ++i) hs += double(xh[i]) * xh[i];
-            const double hsc = 1.0 / std::sqrt(hs / hd + 1e-6);
-            for (int64_t i = 0; i < hd; ++i) {
-                const double ref = xh[i] * hsc * w[size_t(i)];
-                EXPECT_NEAR(out[size_t(t * ne0 + h * hd + i)], ref, 1e-6 * std::fabs(ref) + 1e-7);
+            run(Op::RmsNorm, {a.data()});
+            for (int64_t t = 0; t < n; ++t) {
+                const float* xt = a.data() + t * ne0;
+                double ss = 0;
+                for (int64_t i = 0; i < ne0; ++i) ss += double(xt[i]) * xt[i];
+                const double sc = 1.0 / std::sqrt(ss / double(ne0) + 1e-6);
+                for (int64_t i = 0; i < ne0; ++i) {
+                    const double ref = xt[i] * sc * b[size_t(i)];
+                    EXPECT_NEAR(out[size_t(t * ne0 + i)], ref, 1e-6 * std::fabs(ref) + 1e-7);
+                }
             }
+            for (size_t i = a.size(); i < out.size(); ++i)
+                EXPECT_EQ(out[i], -7.0f) << "past the end";
         }
+        // HeadNorm: 3 heads of 20.
+        const int64_t hd = 20, ne0 = 60, n = 2;
+        auto x = random_floats(static_cast<size_t>(ne0 * n), 23, -2, 2);
+        auto w = random_floats(static_cast<size_t>(hd), 24);
+        TensorView hv{"head_norm", DType::F32, {hd, 1, 1, 1}, w.data(), hd * 4};
+        std::vector<float> out(x.size());
+        Node hn = make_node(Op::HeadNorm, {ne0, n, 1, 1});
+        hn.meta.eps = 1e-6f;
+        hn.meta.head_dim = hd;
+        hn.weights = {&hv};
+        cpu::run_node(hn, NodeData{{x.data()}, out.data(), nullptr, nullptr, {}}, pool);
+        for (int64_t t = 0; t < n; ++t)
+            for (int64_t h = 0; h < ne0 / hd; ++h) {
+                const float* xh = x.data() + t * ne0 + h * hd;
+                double hs = 0;
+                for (int64_t i = 0; i < hd; ++i) hs += double(xh[i]) * xh[i];
+                const double hsc = 1.0 / std::sqrt(hs / hd + 1e-6);
+                for (int64_t i = 0; i < hd; ++i) {
+                    const double ref = xh[i] * hsc * w[size_t(i)];
+                    EXPECT_NEAR(out[size_t(t * ne0 + h * hd + i)], ref,
+                                1e-6 * std::fabs(ref) + 1e-7);
+                }
+            }
+    });
 }
 
 TEST(CpuOps, GetRowsDequantizesAndRejectsBadIds) {
@@ -1022,9 +1087,16 @@ TEST(CpuAttn, EverySimdLevelMatchesTheScalarLoop) {
 TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
     // Two tokens (the per-head kernel of decode): 37 cached rows (two full
     // 16-blocks and a masked tail), GQA 7:1 and 1:1, head_dim 64 and 128.
-    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no SIMD attention at this ISA level";
-    for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}})
-        for (DType kvt : {DType::F32, DType::F16}) expect_simd_attn_matches_scalar(s, kvt, 2, 37);
+    // once per level with a SIMD attention kernel
+    int levels = 0;
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        if (!cpu::attn_simd_supported(64)) return;
+        ++levels;
+        for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}})
+            for (DType kvt : {DType::F32, DType::F16})
+                expect_simd_attn_matches_scalar(s, kvt, 2, 37);
+    });
+    if (levels == 0) GTEST_SKIP() << "no SIMD attention kernel on this CPU";
 }
 
 TEST(CpuAttn, ManyRowsPathMatchesScalarLoopForF32AndF16Caches) {
@@ -1032,8 +1104,15 @@ TEST(CpuAttn, ManyRowsPathMatchesScalarLoopForF32AndF16Caches) {
     // so blocks of tokens see different key counts (causal masking inside a
     // vector) and key counts not a multiple of 4; GQA 7:1 (112-row blocks),
     // 2:1, 1:1 and head_dim 48, 64, 128 (3, 4 and 8 vectors per row).
-    if (!cpu::attn_simd_supported(64)) GTEST_SKIP() << "no SIMD attention at this ISA level";
-    for (AttnSetup s : {AttnSetup{14, 2, 64, 48}, AttnSetup{4, 2, 128, 48},
-                        AttnSetup{2, 2, 128, 48}, AttnSetup{4, 2, 48, 48}})
-        for (DType kvt : {DType::F32, DType::F16}) expect_simd_attn_matches_scalar(s, kvt, 21, 45);
+    // once per level with a SIMD attention kernel
+    int levels = 0;
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        if (!cpu::attn_simd_supported(64)) return;
+        ++levels;
+        for (AttnSetup s : {AttnSetup{14, 2, 64, 48}, AttnSetup{4, 2, 128, 48},
+                            AttnSetup{2, 2, 128, 48}, AttnSetup{4, 2, 48, 48}})
+            for (DType kvt : {DType::F32, DType::F16})
+                expect_simd_attn_matches_scalar(s, kvt, 21, 45);
+    });
+    if (levels == 0) GTEST_SKIP() << "no SIMD attention kernel on this CPU";
 }

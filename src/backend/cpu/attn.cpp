@@ -28,10 +28,7 @@ size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd) {
 namespace {
 
 bool has_avx512() {
-    static const bool yes =
-        __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    return yes;
+    return isa_at_least(IsaLevel::Avx512);
 }
 
 MINFER_AVX512 inline __m512 load16(bool f16, const void* base, int64_t i) {

@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "backend/cpu/interleaved_simd.h"
+#include "backend/cpu/isa.h"
+#include "backend/cpu/x86/gemm_avx2.h"
 #include "tensor/blocks.h"
 #include "tensor/interleave.h"
 #include "util/error.h"
@@ -81,138 +83,26 @@ MINFER_VNNI inline void unpack_q5_0_block(const block_q5_0& b, int8_t* v) {
 }
 #endif
 
+#define MINFER_UNPACK_TARGET MINFER_VNNI
+#include "backend/cpu/gemm_unpack.h"
+
 MINFER_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, float* s, float* m) {
-    switch (t) {
-        case DType::Q8_0: {
-            const auto* x = reinterpret_cast<const block_q8_0*>(row);
-            for (int64_t b = 0; b < K / 32; ++b) {
-                std::memcpy(v + 32 * b, x[b].qs, 32);
-                s[2 * b] = s[2 * b + 1] = fp16_to_fp32(x[b].d);
-            }
-            return;
-        }
-        case DType::Q4_0: {
-            const auto* x = reinterpret_cast<const block_q4_0*>(row);
-            for (int64_t b = 0; b < K / 32; ++b) {
-                for (int j = 0; j < 16; ++j) {
-                    v[32 * b + j] = static_cast<int8_t>((x[b].qs[j] & 0xF) - 8);
-                    v[32 * b + j + 16] = static_cast<int8_t>((x[b].qs[j] >> 4) - 8);
-                }
-                s[2 * b] = s[2 * b + 1] = fp16_to_fp32(x[b].d);
-            }
-            return;
-        }
-        case DType::Q5_0: {
-            const auto* x = reinterpret_cast<const block_q5_0*>(row);
 #ifdef MINFER_GEMM_X86
-            for (int64_t b = 0; b < K / 32; ++b) {
-                unpack_q5_0_block(x[b], v + 32 * b);
-                s[2 * b] = s[2 * b + 1] = fp16_to_fp32(x[b].d);
-            }
-            return;
-#endif
-            for (int64_t b = 0; b < K / 32; ++b) {
-                uint32_t qh;
-                std::memcpy(&qh, x[b].qh, 4);
-                for (int j = 0; j < 16; ++j) {
-                    const int h0 = static_cast<int>(((qh >> j) << 4) & 0x10);
-                    const int h1 = static_cast<int>((qh >> (j + 12)) & 0x10);
-                    v[32 * b + j] = static_cast<int8_t>(((x[b].qs[j] & 0xF) | h0) - 16);
-                    v[32 * b + j + 16] = static_cast<int8_t>(((x[b].qs[j] >> 4) | h1) - 16);
-                }
-                s[2 * b] = s[2 * b + 1] = fp16_to_fp32(x[b].d);
-            }
-            return;
+    if (t == DType::Q5_0) {  // the bit gather does not vectorize: intrinsics
+        const auto* x = reinterpret_cast<const block_q5_0*>(row);
+        for (int64_t b = 0; b < K / 32; ++b) {
+            unpack_q5_0_block(x[b], v + 32 * b);
+            s[2 * b] = s[2 * b + 1] = fp16_to_fp32(x[b].d);
         }
-        case DType::Q4_K:
-        case DType::Q5_K: {
-            const bool q5 = t == DType::Q5_K;
-            const size_t bsz = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
-            for (int64_t b = 0; b < K / QK_K; ++b) {
-                const uint8_t* blk = row + static_cast<size_t>(b) * bsz;
-                f16_t hd, hm;
-                std::memcpy(&hd, blk, 2);
-                std::memcpy(&hm, blk + 2, 2);
-                const uint8_t* sc = blk + 4;
-                const uint8_t* qh = q5 ? blk + 4 + K_SCALE_SIZE : nullptr;
-                const uint8_t* qs = blk + 4 + K_SCALE_SIZE + (q5 ? QK_K / 8 : 0);
-                const float d = fp16_to_fp32(hd), dmin = fp16_to_fp32(hm);
-                int8_t* vb = v + QK_K * b;
-                for (int j = 0; j < 4 && !q5; ++j) {
-                    const uint8_t* q = qs + 32 * j;
-                    for (int l = 0; l < 32; ++l) {
-                        vb[64 * j + l] = static_cast<int8_t>(q[l] & 0xF);
-                        vb[64 * j + 32 + l] = static_cast<int8_t>(q[l] >> 4);
-                    }
-                }
-                for (int j = 0; j < 4 && q5; ++j) {
-                    const uint8_t* q = qs + 32 * j;
-                    const uint8_t m1 = static_cast<uint8_t>(1u << (2 * j)),
-                                  m2 = static_cast<uint8_t>(2u << (2 * j));
-                    for (int l = 0; l < 32; ++l) {
-                        int lo = q[l] & 0xF, hi = q[l] >> 4;
-                        if (q5) {
-                            lo += (qh[l] & m1) ? 16 : 0;
-                            hi += (qh[l] & m2) ? 16 : 0;
-                        }
-                        vb[64 * j + l] = static_cast<int8_t>(lo);
-                        vb[64 * j + 32 + l] = static_cast<int8_t>(hi);
-                    }
-                }
-                for (int j = 0; j < 8; ++j) {
-                    uint8_t scj, mj;
-                    if (j < 4) {
-                        scj = sc[j] & 63;
-                        mj = sc[j + 4] & 63;
-                    } else {
-                        scj = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-                        mj = static_cast<uint8_t>((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-                    }
-                    const int64_t g = 16 * b + 2 * j;
-                    s[g] = s[g + 1] = d * static_cast<float>(scj);
-                    m[g] = m[g + 1] = -dmin * static_cast<float>(mj);
-                }
-            }
-            return;
-        }
-        case DType::Q6_K: {
-            const auto* x = reinterpret_cast<const block_q6_K*>(row);
-            for (int64_t b = 0; b < K / QK_K; ++b) {
-                int8_t* a = v + QK_K * b;
-                const uint8_t* ql = x[b].ql;
-                const uint8_t* qh = x[b].qh;
-                for (int half = 0; half < 2; ++half) {
-                    for (int l = 0; l < 32; ++l) {
-                        a[l] =
-                            static_cast<int8_t>(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-                        a[l + 32] = static_cast<int8_t>(
-                            ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                        a[l + 64] =
-                            static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                        a[l + 96] = static_cast<int8_t>(
-                            ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-                    }
-                    a += 128;
-                    ql += 64;
-                    qh += 32;
-                }
-                const float d = fp16_to_fp32(x[b].d);
-                for (int g = 0; g < 16; ++g) s[16 * b + g] = d * static_cast<float>(x[b].scales[g]);
-            }
-            return;
-        }
-        default:
-            MINFER_ASSERT_MSG(false, "gemm: no unpacker for this type");
+        return;
     }
+#endif
+    unpack_row_portable(t, row, K, v, s, m);
 }
 
 #ifdef MINFER_GEMM_X86
 bool has_vnni() {
-    static const bool yes =
-        __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512vnni");
-    return yes;
+    return isa_at_least(IsaLevel::Avx512);
 }
 
 // One panel: 16 weight rows (the 16 int32 lanes of a vector) in the form
@@ -372,8 +262,7 @@ MINFER_VNNI_BITALG void fill_panel_group32(DType t, const uint8_t* group, int64_
 }
 
 bool has_bitalg() {
-    static const bool yes = __builtin_cpu_supports("avx512bitalg");
-    return yes;
+    return cpu_has_avx512_bitalg();
 }
 
 MINFER_VNNI void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t w_row_bytes,
@@ -555,11 +444,23 @@ template <int G, bool kMins>
 constexpr auto kMicroK = ktable_of<G, kMins>(std::make_integer_sequence<int, kMR>{});
 #endif
 
+// Which prompt GEMM runs: the AVX-512 VNNI one, the AVX2 one
+// (x86/gemm_avx2.cpp), or none (the dot-product path). Read at each call,
+// so the MINFER_CPU cap (isa.h) moves it too.
+enum class GemmIsa { None, Avx2, Avx512 };
+
+GemmIsa gemm_isa() {
+#ifdef MINFER_GEMM_X86
+    if (has_vnni()) return GemmIsa::Avx512;
+    if (isa_at_least(IsaLevel::Avx2)) return GemmIsa::Avx2;
+#endif
+    return GemmIsa::None;
+}
+
 }  // namespace
 
 bool gemm_supported(DType t, int64_t K) {
-#ifdef MINFER_GEMM_X86
-    if (!has_vnni() || K % 64 != 0) return false;
+    if (gemm_isa() == GemmIsa::None || K % 64 != 0) return false;
     switch (t) {
         case DType::Q8_0:
         case DType::Q4_0:
@@ -572,11 +473,6 @@ bool gemm_supported(DType t, int64_t K) {
         default:
             return false;
     }
-#else
-    (void)t;
-    (void)K;
-    return false;
-#endif
 }
 
 size_t gemm_act_row_bytes(DType act, int64_t K) {
@@ -587,13 +483,16 @@ size_t gemm_act_row_bytes(DType act, int64_t K) {
 }
 
 void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
+    // vpdpbusd takes the activations unsigned (q + 128, the panel's
+    // correction takes the 128 back out); the AVX2 kernels take them signed.
+    const uint8_t flip = gemm_isa() == GemmIsa::Avx512 ? 0x80 : 0;
     auto* q = static_cast<uint8_t*>(out);
     auto* d = reinterpret_cast<float*>(q + K);
     float* bs = d + K / kGroup;
     if (act == DType::Q8_0) {
         const auto* x = static_cast<const block_q8_0*>(row);
         for (int64_t b = 0; b < K / 32; ++b) {
-            for (int j = 0; j < 32; ++j) q[32 * b + j] = static_cast<uint8_t>(x[b].qs[j]) ^ 0x80;
+            for (int j = 0; j < 32; ++j) q[32 * b + j] = static_cast<uint8_t>(x[b].qs[j]) ^ flip;
             d[2 * b] = d[2 * b + 1] = fp16_to_fp32(x[b].d);
         }
     } else {
@@ -601,7 +500,7 @@ void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
         const auto* x = static_cast<const block_q8_K*>(row);
         for (int64_t b = 0; b < K / QK_K; ++b) {
             for (int j = 0; j < QK_K; ++j)
-                q[QK_K * b + j] = static_cast<uint8_t>(x[b].qs[j]) ^ 0x80;
+                q[QK_K * b + j] = static_cast<uint8_t>(x[b].qs[j]) ^ flip;
             for (int g = 0; g < 16; ++g) d[16 * b + g] = x[b].d;
             for (int g = 0; g < 8; ++g)
                 bs[8 * b + g] = static_cast<float>(x[b].bsums[2 * g] + x[b].bsums[2 * g + 1]);
@@ -610,10 +509,11 @@ void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
 }
 
 int64_t gemm_tile_rows() {
-    return 16 * kMR;
+    return gemm_isa() == GemmIsa::Avx2 ? avx2::gemm_tile_rows() : 16 * kMR;
 }
 
 size_t gemm_scratch_bytes(int64_t K) {
+    if (gemm_isa() == GemmIsa::Avx2) return avx2::gemm_scratch_bytes(K);
     // kMR panels (at the smaller group, the larger size), 16 rows in the
     // common form and one GGUF row (< 2 bytes per element for the types here)
     return static_cast<size_t>(kMR) * panel_bytes(K, 16) +
@@ -625,6 +525,9 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
                int64_t r0, int64_t r1, const uint8_t* act, size_t act_stride, int64_t n_tokens,
                float* out, int64_t out_stride, void* scratch) {
 #ifdef MINFER_GEMM_X86
+    if (gemm_isa() == GemmIsa::Avx2)
+        return avx2::gemm_rows(wtype, interleaved, w, w_row_bytes, K, r0, r1, act, act_stride,
+                               n_tokens, out, out_stride, scratch);
     const int64_t n = r1 - r0;
     MINFER_ASSERT(n >= 1 && n <= 16 * kMR);
     const int64_t G = wtype == DType::Q6_K ? 16 : 32;

@@ -13,7 +13,8 @@
 
 namespace minfer::cpu {
 
-// True when this CPU has AVX-512 VNNI and the weight type has an unpacker
+// True when a GEMM runs at the current level (AVX-512 VNNI, or AVX2 in
+// x86/gemm_avx2.cpp; isa.h) and the weight type has an unpacker
 // (Q4_0, Q5_0, Q8_0 with Q8_0 activations; Q4_K, Q5_K, Q6_K with Q8_K) and
 // K is a multiple of 64.
 bool gemm_supported(tensor::DType weight, int64_t K);

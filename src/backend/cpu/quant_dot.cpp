@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cpu/interleaved_simd.h"
+#include "backend/cpu/isa.h"
 #include "tensor/blocks.h"
 #include "tensor/quants.h"
 #include "util/error.h"
@@ -777,20 +778,14 @@ MINFER_VNNI256 float dot_q8_0_vnni(int64_t n, const void* vw, const void* va) {
     return hsum_avx2(_mm256_add_ps(acc0, acc1));
 }
 
+// The AVX-512 VNNI kernels (256- and 512-bit) belong to the Avx512 level,
+// the plain AVX2 ones to Avx2: both follow the MINFER_CPU cap (isa.h).
 bool has_vnni256() {
-    static const bool yes = __builtin_cpu_supports("avx512vl") &&
-                            __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512vnni");
-    return yes;
+    return isa_at_least(IsaLevel::Avx512);
 }
 
 bool has_avx2() {
-    // f16c through cpuid: clang before 16 does not know
-    // __builtin_cpu_supports("f16c") (the fuzz build uses clang 14).
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                            __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-    return yes;
+    return isa_at_least(IsaLevel::Avx2);
 }
 #endif
 
@@ -1065,10 +1060,9 @@ void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
 
 GroupDotFn group_dot_fn(DType w) {
 #ifdef MINFER_X86_SIMD
-    static const bool bitalg = has_vnni256() && __builtin_cpu_supports("avx512dq") &&
-                               __builtin_cpu_supports("avx512bitalg");
+    const bool vnni512 = has_vnni256();
+    const bool bitalg = vnni512 && cpu_has_avx512_bitalg();
     if (w == DType::Q5_0 && bitalg) return group_dot_q5_0;
-    static const bool vnni512 = has_vnni256() && __builtin_cpu_supports("avx512dq");
     if (w == DType::Q4_K && vnni512) return group_dot_q4_K;
     if (w == DType::Q6_K && vnni512) return group_dot_q6_K;
     if (w == DType::Q8_0 && vnni512) return group_dot_q8_0;
@@ -1091,7 +1085,7 @@ VecDotFn vec_dot_fn(DType w) {
             return dot_q4_1;
         case DType::Q5_0:
 #ifdef MINFER_X86_SIMD
-            if (has_vnni256() && __builtin_cpu_supports("avx512dq")) return dot_q5_0_vnni512;
+            if (has_vnni256()) return dot_q5_0_vnni512;
             if (has_vnni256()) return dot_q5_0_vnni;
             if (has_avx2()) return dot_q5_0_avx2;
 #endif
@@ -1110,7 +1104,7 @@ VecDotFn vec_dot_fn(DType w) {
             return dot_q3_K;
         case DType::Q4_K:
 #ifdef MINFER_X86_SIMD
-            if (has_vnni256() && __builtin_cpu_supports("avx512dq")) return dot_q4_K_vnni512;
+            if (has_vnni256()) return dot_q4_K_vnni512;
             if (has_avx2()) return dot_q4_K_avx2;
 #endif
             return dot_q4_K;
@@ -1118,7 +1112,7 @@ VecDotFn vec_dot_fn(DType w) {
             return dot_q5_K;
         case DType::Q6_K:
 #ifdef MINFER_X86_SIMD
-            if (has_vnni256() && __builtin_cpu_supports("avx512dq")) return dot_q6_K_vnni512;
+            if (has_vnni256()) return dot_q6_K_vnni512;
             if (has_avx2()) return dot_q6_K_avx2;
 #endif
             return dot_q6_K;

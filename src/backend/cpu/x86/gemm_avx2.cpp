@@ -1,0 +1,392 @@
+#include "backend/cpu/x86/gemm_avx2.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "tensor/blocks.h"
+#include "tensor/interleave.h"
+#include "util/error.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MINFER_GEMM_AVX2 1
+#endif
+
+namespace minfer::cpu::avx2 {
+
+using namespace tensor;
+
+namespace {
+
+constexpr int64_t kGroup = 16;  // elements per scale in the common form
+constexpr int kLanes = 8;       // weight rows per panel: the int32 lanes of a vector
+constexpr int kPanels = 4;      // panels per tile (32 rows, as the AVX-512 tile)
+#ifndef MINFER_GEMM2_R
+#define MINFER_GEMM2_R 2
+#endif
+#ifndef MINFER_GEMM2_T
+#define MINFER_GEMM2_T 4
+#endif
+// The micro-tile: kMR panels x kMT tokens. Per (panel, token) one int16
+// partial sum and one float accumulator, plus a panel's quad and its
+// absolute value: 2 x 4 spills a few registers, yet measured best of
+// 1x4, 2x2, 2x3, 3x2, 2x4 (Zen 5 capped at AVX2, one thread, K = 896 /
+// 4864, 512 tokens; the host was shared, so only roughly: 32-34 ms against
+// 34-42 ms for the others).
+constexpr int kMR = MINFER_GEMM2_R, kMT = MINFER_GEMM2_T;
+static_assert(kPanels % kMR == 0);
+
+struct RowsForm {  // kLanes rows of K in the common form (gemm_unpack.h)
+    int8_t* v;     // [kLanes][K]
+    float* s;      // [kLanes][K/16]
+    float* m;      // [kLanes][K/16]
+};
+
+RowsForm rows_form(void* scratch, int64_t K) {
+    auto* p = static_cast<uint8_t*>(scratch);
+    RowsForm f;
+    f.v = reinterpret_cast<int8_t*>(p);
+    f.s = reinterpret_cast<float*>(p + kLanes * K);
+    f.m = f.s + kLanes * (K / kGroup);
+    return f;
+}
+
+size_t rows_form_bytes(int64_t K) {
+    return static_cast<size_t>(kLanes) *
+           (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup));
+}
+
+bool has_mins(DType t) {
+    return t == DType::Q4_K || t == DType::Q5_K;
+}
+
+// One panel: 8 weight rows in the form the micro-kernel reads. Values are
+// interleaved by 4 (quad q of row l at v[(q * 8 + l) * 4]), so one 32-byte
+// load gives 4 values of every row, and vpmaddubsw + vpmaddwd against 4
+// activation bytes broadcast to all lanes add their products into each
+// row's own lane: no horizontal sums.
+struct Panel {
+    int8_t* v;  // [K/4][8][4] signed values
+    float* s;   // [K/G][8] scale of each group of G elements
+    float* o;   // [K/32][8] -dmin * min of each 32 (Q4_K, Q5_K), else unused
+};
+
+size_t panel_bytes(int64_t K) {  // at the smaller group (16), the larger size
+    return static_cast<size_t>(kLanes) * static_cast<size_t>(K) +
+           kLanes * static_cast<size_t>(K / 16) * 4 + kLanes * static_cast<size_t>(K / 32) * 4;
+}
+
+Panel panel_at(void* p, int64_t K, int64_t G) {
+    auto* b = static_cast<uint8_t*>(p);
+    Panel f;
+    f.v = reinterpret_cast<int8_t*>(b);
+    f.s = reinterpret_cast<float*>(b + kLanes * K);
+    f.o = f.s + kLanes * (K / G);
+    return f;
+}
+
+// Most quads whose int16 pair sums can be added before vpmaddwd widens
+// them: each pair sum is at most 2 * max|w| * 127, and D of them must stay
+// under 2^15 (Q8_0 weights reach 127: one; Q4_K's reach 15: all 8 of a group).
+constexpr int quads_per_widen(DType t) {
+    switch (t) {
+        case DType::Q4_0:
+            return 8;  // |w| <= 8
+        case DType::Q5_0:
+            return 8;  // |w| <= 16
+        case DType::Q4_K:
+            return 8;  // 0..15
+        case DType::Q5_K:
+            return 4;  // 0..31
+        case DType::Q6_K:
+            return 4;  // -32..31
+        default:
+            return 1;  // Q8_0: -128..127
+    }
+}
+
+#ifdef MINFER_GEMM_AVX2
+#define MINFER_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define MINFER_UNPACK_TARGET MINFER_AVX2_TARGET
+#include "backend/cpu/gemm_unpack.h"
+
+// Transposes 8 x 8 32-bit elements (r[i] lane j <-> r[j] lane i).
+MINFER_AVX2_TARGET inline void transpose8x8(__m256i r[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int i = 0; i < 4; ++i) {
+        r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
+}
+
+// Rows [r0, r1) (at most 8) of w into a panel; lanes past r1 - r0 are zero.
+// An interleaved w (the AVX-512 layout, when the cap was lowered after
+// loading) has each row taken out to gguf_row first.
+MINFER_AVX2_TARGET void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t w_row_bytes,
+                                   int64_t K, int64_t G, int64_t r0, int64_t r1, const Panel& p,
+                                   const RowsForm& rows, uint8_t* gguf_row) {
+    const int64_t n = r1 - r0;
+    for (int64_t l = 0; l < n; ++l) {
+        const uint8_t* src = w + static_cast<size_t>(r0 + l) * w_row_bytes;
+        if (interleaved) {
+            deinterleave_row(t, w, K, r0 + l, gguf_row);
+            src = gguf_row;
+        }
+        unpack_row_portable(t, src, K, rows.v + l * K, rows.s + l * (K / kGroup),
+                            rows.m + l * (K / kGroup));
+    }
+    for (int64_t q0 = 0; q0 < K / 4; q0 += 8) {
+        __m256i r[8];
+        for (int l = 0; l < 8; ++l)
+            r[l] =
+                l < n
+                    ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.v + l * K + 4 * q0))
+                    : _mm256_setzero_si256();
+        transpose8x8(r);
+        for (int i = 0; i < 8; ++i)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.v + (q0 + i) * 32), r[i]);
+    }
+    for (int64_t g = 0; g < K / G; ++g)
+        for (int64_t l = 0; l < 8; ++l)
+            p.s[g * 8 + l] = l < n ? rows.s[l * (K / kGroup) + g * G / kGroup] : 0.0f;
+    if (has_mins(t))
+        for (int64_t g = 0; g < K / 32; ++g)
+            for (int64_t l = 0; l < 8; ++l)
+                p.o[g * 8 + l] = l < n ? rows.m[l * (K / kGroup) + 2 * g] : 0.0f;
+}
+
+// The integer sums of group g (G elements) for R panels x T tokens. Per
+// quad: |w| times the activation bytes carrying w's sign (vpsignb), so
+// vpmaddubsw's unsigned x signed form applies to signed weights; D quads'
+// int16 pair sums are added before vpmaddwd widens them to int32.
+template <int R, int T, int G, int D>
+MINFER_AVX2_TARGET inline void group_sums(const Panel* p, int64_t g, const int8_t* const* av,
+                                          __m256i isum[R][T]) {
+    static_assert((G / 4) % D == 0);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int q0 = 0; q0 < G / 4; q0 += D) {
+        __m256i part[R][T];
+        for (int q = q0; q < q0 + D; ++q) {
+            __m256i w[R], aw[R];
+            for (int i = 0; i < R; ++i) {
+                w[i] = _mm256_loadu_si256(
+                    reinterpret_cast<const __m256i*>(p[i].v + (g * G / 4 + q) * 32));
+                aw[i] = _mm256_abs_epi8(w[i]);
+            }
+            for (int j = 0; j < T; ++j) {
+                int32_t a4;
+                std::memcpy(&a4, av[j] + g * G + 4 * q, 4);
+                const __m256i a = _mm256_set1_epi32(a4);
+                for (int i = 0; i < R; ++i) {
+                    const __m256i prod = _mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(a, w[i]));
+                    part[i][j] = q == q0 ? prod : _mm256_add_epi16(part[i][j], prod);
+                }
+            }
+        }
+        for (int i = 0; i < R; ++i)
+            for (int j = 0; j < T; ++j) {
+                const __m256i wide = _mm256_madd_epi16(part[i][j], ones);
+                isum[i][j] = q0 == 0 ? wide : _mm256_add_epi32(isum[i][j], wide);
+            }
+    }
+}
+
+// Stores 8 floats, or the first `lanes` of them.
+MINFER_AVX2_TARGET inline void store_lanes(float* o, __m256 v, int lanes) {
+    if (lanes == 8) {
+        _mm256_storeu_ps(o, v);
+        return;
+    }
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, v);
+    std::copy(tmp, tmp + lanes, o);
+}
+
+// R panels x T tokens over K with Q8_0 activations (Q8_0 / Q4_0 / Q5_0
+// weights, groups of 32). Per group: the integer sum per (row, token),
+// one conversion, times the weight scale, then times the activation scale
+// added into the accumulator by one FMA — per row the same operations in
+// the same order whatever R, T or the batch around the token.
+template <int R, int T, int D>
+MINFER_AVX2_TARGET void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act_stride,
+                              int64_t t, float* out, int64_t out_stride, int last_lanes) {
+    const int8_t* av[T];
+    const float* ad[T];
+    for (int j = 0; j < T; ++j) {
+        av[j] = reinterpret_cast<const int8_t*>(act + static_cast<size_t>(t + j) * act_stride);
+        ad[j] = reinterpret_cast<const float*>(av[j] + K);
+    }
+    constexpr int64_t G = 32;
+    __m256 acc[R][T];
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < K / G; ++g) {
+        __m256i isum[R][T];
+        group_sums<R, T, G, D>(p, g, av, isum);
+        for (int i = 0; i < R; ++i) {
+            const __m256 s = _mm256_loadu_ps(p[i].s + 8 * g);
+            for (int j = 0; j < T; ++j)
+                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(isum[i][j]), s),
+                                            _mm256_set1_ps(ad[j][g * G / kGroup]), acc[i][j]);
+        }
+    }
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < T; ++j)
+            store_lanes(out + (t + j) * out_stride + 8 * i, acc[i][j], i == R - 1 ? last_lanes : 8);
+}
+
+// The same for Q8_K activations (K-quant weights), one activation scale
+// per 256: a super-block's groups gather cvt(sum) * weight scale (and, with
+// mins, -dmin * min * the activations' sum) in a block sum, which takes the
+// activation scale once and is added into out.
+template <int R, int T, int G, int D, bool kMins>
+MINFER_AVX2_TARGET void micro_k(const Panel* p, int64_t K, const uint8_t* act, size_t act_stride,
+                                int64_t t, float* out, int64_t out_stride, int last_lanes) {
+    const int8_t* av[T];
+    const float* ad[T];
+    for (int j = 0; j < T; ++j) {
+        av[j] = reinterpret_cast<const int8_t*>(act + static_cast<size_t>(t + j) * act_stride);
+        ad[j] = reinterpret_cast<const float*>(av[j] + K);
+    }
+    constexpr int64_t kGroups = QK_K / G;  // per super-block
+    for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+        __m256 blk[R][T];
+        for (int i = 0; i < R; ++i)
+            for (int j = 0; j < T; ++j) blk[i][j] = _mm256_setzero_ps();
+        for (int64_t g = sb * kGroups; g < (sb + 1) * kGroups; ++g) {
+            __m256i isum[R][T];
+            group_sums<R, T, G, D>(p, g, av, isum);
+            for (int i = 0; i < R; ++i) {
+                const __m256 s = _mm256_loadu_ps(p[i].s + 8 * g);
+                for (int j = 0; j < T; ++j)
+                    blk[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][j]), s, blk[i][j]);
+            }
+            if constexpr (kMins) {
+                for (int i = 0; i < R; ++i) {
+                    const __m256 o = _mm256_loadu_ps(p[i].o + 8 * g);
+                    for (int j = 0; j < T; ++j)
+                        blk[i][j] =
+                            _mm256_fmadd_ps(o, _mm256_set1_ps(ad[j][K / kGroup + g]), blk[i][j]);
+                }
+            }
+        }
+        for (int i = 0; i < R; ++i)
+            for (int j = 0; j < T; ++j) {
+                float* o = out + (t + j) * out_stride + 8 * i;
+                const int lanes = i == R - 1 ? last_lanes : 8;
+                const __m256 da = _mm256_set1_ps(ad[j][sb * (QK_K / kGroup)]);
+                alignas(32) float prev[8] = {};
+                if (sb > 0) std::copy(o, o + lanes, prev);
+                store_lanes(o, _mm256_fmadd_ps(blk[i][j], da, _mm256_load_ps(prev)), lanes);
+            }
+    }
+}
+
+using MicroFn = void (*)(const Panel*, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t,
+                         int);
+
+// Micro-kernels for 1..kMR panels x 1..kMT tokens of one weight type.
+template <DType W, int R, int T>
+constexpr MicroFn micro_for() {
+    constexpr int D = quads_per_widen(W);
+    if constexpr (W == DType::Q6_K)
+        return &micro_k<R, T, 16, D, false>;
+    else if constexpr (W == DType::Q4_K || W == DType::Q5_K)
+        return &micro_k<R, T, 32, D, true>;
+    else
+        return &micro<R, T, D>;
+}
+template <DType W, int R, int... Ts>
+constexpr std::array<MicroFn, kMT> row_of(std::integer_sequence<int, Ts...>) {
+    return {micro_for<W, R, Ts + 1>()...};
+}
+template <DType W, int... Rs>
+constexpr std::array<std::array<MicroFn, kMT>, kMR> table_of(std::integer_sequence<int, Rs...>) {
+    return {row_of<W, Rs + 1>(std::make_integer_sequence<int, kMT>{})...};
+}
+template <DType W>
+constexpr auto kTable = table_of<W>(std::make_integer_sequence<int, kMR>{});
+
+const std::array<std::array<MicroFn, kMT>, kMR>& table(DType t) {
+    switch (t) {
+        case DType::Q8_0:
+            return kTable<DType::Q8_0>;
+        case DType::Q4_0:
+            return kTable<DType::Q4_0>;
+        case DType::Q5_0:
+            return kTable<DType::Q5_0>;
+        case DType::Q4_K:
+            return kTable<DType::Q4_K>;
+        case DType::Q5_K:
+            return kTable<DType::Q5_K>;
+        case DType::Q6_K:
+            return kTable<DType::Q6_K>;
+        default:
+            MINFER_ASSERT_MSG(false, "gemm avx2: no kernel for this type");
+    }
+    return kTable<DType::Q8_0>;
+}
+#endif
+
+}  // namespace
+
+int64_t gemm_tile_rows() {
+    return kLanes * kPanels;
+}
+
+size_t gemm_scratch_bytes(int64_t K) {
+    // kPanels panels, 8 rows in the common form and one GGUF row (< 2
+    // bytes per element for the types here)
+    return static_cast<size_t>(kPanels) * panel_bytes(K) + rows_form_bytes(K) +
+           2 * static_cast<size_t>(K);
+}
+
+void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_bytes, int64_t K,
+               int64_t r0, int64_t r1, const uint8_t* act, size_t act_stride, int64_t n_tokens,
+               float* out, int64_t out_stride, void* scratch) {
+#ifdef MINFER_GEMM_AVX2
+    const int64_t n = r1 - r0;
+    MINFER_ASSERT(n >= 1 && n <= gemm_tile_rows());
+    MINFER_ASSERT(w_row_bytes <= static_cast<size_t>(2 * K));
+    const int64_t G = wtype == DType::Q6_K ? 16 : 32;
+    const int n_panels = static_cast<int>((n + kLanes - 1) / kLanes);
+    Panel p[kPanels];
+    auto* base = static_cast<uint8_t*>(scratch);
+    for (int i = 0; i < kPanels; ++i) p[i] = panel_at(base + i * panel_bytes(K), K, G);
+    const RowsForm rows = rows_form(base + kPanels * panel_bytes(K), K);
+    uint8_t* gguf_row = base + kPanels * panel_bytes(K) + rows_form_bytes(K);
+    for (int i = 0; i < n_panels; ++i)
+        fill_panel(wtype, interleaved, w, w_row_bytes, K, G, r0 + kLanes * i,
+                   std::min(r1, r0 + kLanes * i + kLanes), p[i], rows, gguf_row);
+    const int last = static_cast<int>(n - kLanes * (n_panels - 1));
+    const auto& tab = table(wtype);
+    // Tokens outside, panels inside: kMT tokens' activations stay in L1
+    // while every panel of the tile reads them.
+    for (int64_t t = 0; t < n_tokens; t += kMT) {
+        const int T = static_cast<int>(std::min<int64_t>(kMT, n_tokens - t));
+        for (int i = 0; i < n_panels; i += kMR) {
+            const int R = std::min(kMR, n_panels - i);
+            tab[R - 1][T - 1](p + i, K, act, act_stride, t, out + kLanes * i, out_stride,
+                              i + R == n_panels ? last : kLanes);
+        }
+    }
+#else
+    (void)wtype, (void)interleaved, (void)w, (void)w_row_bytes, (void)K, (void)r0, (void)r1,
+        (void)act, (void)act_stride, (void)n_tokens, (void)out, (void)out_stride, (void)scratch;
+    MINFER_ASSERT_MSG(false, "avx2::gemm_rows on a CPU without AVX2");
+#endif
+}
+
+}  // namespace minfer::cpu::avx2

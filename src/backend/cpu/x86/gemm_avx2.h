@@ -1,0 +1,25 @@
+// Prefill matmul on 256-bit vectors (AVX2 + FMA + F16C), the Avx2 level of
+// backend/cpu/isa.h: the same tiles, common weight form and activation
+// GEMM form as gemm.cpp's AVX-512 VNNI path, with 8 weight rows per vector
+// and int8 products summed by vpmaddubsw / vpmaddwd. gemm.cpp dispatches
+// here; nothing else calls these.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace minfer::cpu::avx2 {
+
+// Rows one gemm_rows call takes at most (4 panels of 8).
+int64_t gemm_tile_rows();
+// Per-thread scratch gemm_rows needs for rows of K.
+size_t gemm_scratch_bytes(int64_t K);
+// As cpu::gemm_rows (gemm.h), with activation rows whose q are signed
+// (gemm_pack_act without the ^ 0x80 the VNNI path needs).
+void gemm_rows(tensor::DType wtype, bool interleaved, const uint8_t* w, size_t w_row_bytes,
+               int64_t K, int64_t r0, int64_t r1, const uint8_t* act, size_t act_stride,
+               int64_t n_tokens, float* out, int64_t out_stride, void* scratch);
+
+}  // namespace minfer::cpu::avx2
