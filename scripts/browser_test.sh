@@ -30,7 +30,7 @@ profile="$(mktemp -d)"
 cleanup() { rm -rf "$profile"; [[ -n "${KEEP:-}" ]] || rm -rf "$work"; }
 trap cleanup EXIT
 
-"$bin" viz -m "$model" -p "And God said" -n 3 -t 1 -o "$work/page.html" --save-trace "$work/trace.json" 2>"$work/viz.log" \
+"$bin" viz -m "$model" -p "And God said" -n 3 -t 1 --parallel 2 -o "$work/page.html" --save-trace "$work/trace.json" 2>"$work/viz.log" \
     || { cat "$work/viz.log"; exit 1; }
 grep -qiE '(src|href)="(https?:)?//' "$work/page.html" && { echo "browser test: FAIL: the page references the network"; exit 1; }
 

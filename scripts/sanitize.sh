@@ -4,7 +4,9 @@
 #      test except the slow parity.* runs against ../shared.
 #   2. ThreadSanitizer (build-tsan): the tests that run several threads (the
 #      thread pool, the queue backend, the scheduler, kernels on two threads,
-#      forward passes over two backends, and generation through the binary).
+#      forward passes over two backends, generation through the binary, and
+#      the engine: submit/cancel from client threads against its step loop,
+#      and steps of many sequences on two kernel threads).
 # Any sanitizer report fails the test that triggered it (halt_on_error), so
 # the script exits non-zero. Usage: scripts/sanitize.sh [asan|tsan|all]
 # (default all). JOBS sets the build parallelism (default 2).
@@ -42,7 +44,7 @@ if [ "$which_builds" = all ] || [ "$which_builds" = tsan ]; then
     echo "== sanitize: TSan build (build-tsan)" >&2
     configure_and_build build-tsan "thread"
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
-    threaded='^(ThreadPool\.|Backends\.|Scheduler\.|CpuMatMul\.|CpuOps\.|CpuAttn\.|CpuFusion\.|Forward\.TwoBackends|Forward\.DecodeSteps|Forward\.PromptInSeveralPasses|Limits\.|Cli\.Default|Cli\.Chat)'
+    threaded='^(ThreadPool\.|Backends\.|Scheduler\.|CpuMatMul\.|CpuOps\.|CpuAttn\.|CpuFusion\.|Forward\.TwoBackends|Forward\.DecodeSteps|Forward\.PromptInSeveralPasses|Limits\.|Cli\.Default|Cli\.Chat|Engine\.SubmitAndCancelFromOtherThreads|Engine\.CancelFreesPagesAtOnce|Engine\.SharedPrefixPagesAreComputedOnce|Engine\.ForkedSamplesSharePromptPages)'
     (cd build-tsan && ctest --output-on-failure -j"$jobs" -R "$threaded") || status=1
     unset TSAN_OPTIONS
 fi

@@ -177,3 +177,65 @@ TEST(Viz, classes_planner_selectable_from_the_environment) {
     EXPECT_GT(j["graphs"][0]["n_buffers"], 1);
     EXPECT_NE(run("MINFER_PLANNER=bogus " + bin + " -m " + m.path.string() + " -p 'the' -n 1"), 0);
 }
+
+TEST(Viz, kv_pages_json_counts_free_cached_held_and_shared) {
+    using runtime::KvPageInfo;
+    std::vector<KvPageInfo> pages(5);
+    pages[0].state = KvPageInfo::State::Used;  // shared by two requests
+    pages[0].holders = {{1, 0}, {2, 0}};
+    pages[1].state = KvPageInfo::State::Used;
+    pages[1].holders = {{2, 0}};
+    pages[2].state = KvPageInfo::State::Cached;
+    const auto j = report::kv_pages_json(pages, 32, "test");
+    EXPECT_EQ(j["page_cells"], 32);
+    ASSERT_EQ(j["pages"].size(), 5u);
+    EXPECT_EQ(j["pages"][0]["holders"].size(), 2u);
+    EXPECT_EQ(j["pages"][1]["holders"][0][0], 2);
+    EXPECT_EQ(j["pages"][2]["state"], "cached");
+    EXPECT_EQ(j["pages"][4]["state"], "free");
+    EXPECT_EQ(j["counts"]["used"], 2);
+    EXPECT_EQ(j["counts"]["shared"], 1);
+    EXPECT_EQ(j["counts"]["cached"], 1);
+    EXPECT_EQ(j["counts"]["free"], 2);
+    // A session holds its first pages; holding more than there are is refused.
+    const auto s = report::session_kv_pages(4, 2);
+    EXPECT_EQ(s[1].state, KvPageInfo::State::Used);
+    EXPECT_EQ(s[2].state, KvPageInfo::State::Free);
+    EXPECT_THROW(report::session_kv_pages(2, 3), Error);
+    // The page carries the snapshot and the panel that draws it.
+    auto doc = minimal_doc("x");
+    doc["kv_pages"] = nlohmann::json::array({j});
+    const std::string page = report::render_viz_page(doc);
+    EXPECT_NE(page.find("\"kv_pages\":[{"), std::string::npos);
+    EXPECT_NE(page.find("id=\"kvpages\""), std::string::npos);
+    EXPECT_NE(page.find("drawKvPages()"), std::string::npos);
+}
+
+// minfer viz --parallel 3: the session's pages and the engine's, where the
+// three requests of one 70-token prompt share its two full pages.
+TEST(Viz, kv_pages_of_the_session_and_of_the_engine_in_the_page) {
+    TempModel m;
+    const std::string bin = MINFER_BINARY;
+    const fs::path page = m.dir / "kv.html", trace = m.dir / "kv.json";
+    std::string prompt;
+    for (int i = 0; i < 70; ++i) prompt += "the ";
+    ASSERT_EQ(run(bin + " viz -m " + m.path.string() + " -p '" + prompt +
+                  "' -n 2 -t 1 --no-values --parallel 3 -o " + page.string() + " --save-trace " +
+                  trace.string()),
+              0);
+    const auto t = nlohmann::json::parse(slurp(trace));
+    ASSERT_EQ(t["kv_pages"].size(), 2u);
+    const auto& sess = t["kv_pages"][0];
+    EXPECT_EQ(sess["page_cells"], 32);
+    EXPECT_GE(sess["counts"]["used"], 3);  // >= 70 tokens + 2 decoded
+    EXPECT_EQ(sess["counts"]["shared"], 0);
+    const auto& eng = t["kv_pages"][1];
+    EXPECT_GE(eng["counts"]["shared"], 2);    // the prompt's two full pages, held by all three
+    EXPECT_GE(eng["counts"]["used"], 2 + 3);  // plus each request's own tail page
+    int shared_by_three = 0;
+    for (const auto& p : eng["pages"])
+        if (p["holders"].size() == 3u) ++shared_by_three;
+    EXPECT_GE(shared_by_three, 2);
+    EXPECT_NE(slurp(page).find("\"counts\":{\"cached\""), std::string::npos);
+    EXPECT_NE(run(bin + " viz --trace " + trace.string() + " --parallel 2 -o " + page.string()), 0);
+}

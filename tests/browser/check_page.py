@@ -117,11 +117,23 @@ def main():
     if rows != want or not m or int(m.group(1)) != want:
         fail("timeline has %d rows, expected one per buffer region: %d" % (rows, want))
 
+    # The KV pages panel: one square per page of every snapshot, shared ones
+    # (several holders) among them as the data says.
+    snaps = doc.get("kv_pages", [])
+    want_pages = sum(len(s["pages"]) for s in snaps)
+    kv_drawn = len(re.findall(r'<rect [^>]*data-state="(?:free|cached|used)"', dom))
+    if kv_drawn != want_pages:
+        fail("%d KV pages drawn, the snapshots hold %d" % (kv_drawn, want_pages))
+    want_shared = sum(s["counts"]["shared"] for s in snaps)
+    shared_drawn = len(re.findall(r'data-state="used" data-holders="(?:[2-9]|\d\d)"', dom))
+    if shared_drawn != want_shared:
+        fail("%d shared KV pages drawn, the snapshots hold %d" % (shared_drawn, want_shared))
+
     colors, w, h = png_colors(shot)
     if len(colors) < 24:
         fail("screenshot %s looks blank: %d distinct colours" % (shot, len(colors)))
-    print("browser test: graph %d (%s): %d nodes, %d dead, %d timeline rows, screenshot %dx%d with %d colours: OK"
-          % (gi, g["kind"], len(g["nodes"]), dead, rows, w, h, len(colors)))
+    print("browser test: graph %d (%s): %d nodes, %d dead, %d timeline rows, %d KV pages, screenshot %dx%d with %d colours: OK"
+          % (gi, g["kind"], len(g["nodes"]), dead, rows, kv_drawn, w, h, len(colors)))
 
 
 if __name__ == "__main__":
