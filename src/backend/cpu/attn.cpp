@@ -272,7 +272,7 @@ void attn_rows_simd(const AttnRows& a, float* scratch) {
     attn_rows_avx512(a, scratch);
 }
 
-#else
+#elif !defined(__aarch64__)  // ARM64: arm/attn_neon.cpp
 
 bool attn_simd_supported(int64_t) {
     return false;

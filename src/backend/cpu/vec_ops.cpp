@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "backend/cpu/arm/neon.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -58,6 +60,9 @@ MINFER_AVX512 double sum_squares_avx512(const float* x, int64_t n) {
 }  // namespace
 
 void swiglu_row(const float* a, const float* b, float* y, int64_t n) {
+#if defined(__aarch64__)
+    if (arm::swiglu_row_neon(a, b, y, n)) return;
+#endif
 #ifdef MINFER_VEC_X86
     if (has_avx512()) return swiglu_avx512(a, b, y, n);
 #endif
@@ -65,6 +70,9 @@ void swiglu_row(const float* a, const float* b, float* y, int64_t n) {
 }
 
 double sum_squares(const float* x, int64_t n) {
+#if defined(__aarch64__)
+    if (double s; arm::sum_squares_neon(x, n, &s)) return s;
+#endif
 #ifdef MINFER_VEC_X86
     if (has_avx512()) return sum_squares_avx512(x, n);
 #endif
