@@ -633,7 +633,7 @@ void attn_rows_simd(const AttnRows& a, float* scratch) {
         attn_rows_avx2(a, scratch);
 }
 
-#else
+#elif !defined(__aarch64__)  // ARM64: arm/attn_neon.cpp
 
 bool attn_simd_supported(int64_t) {
     return false;

@@ -516,9 +516,14 @@ size_t gemm_scratch_bytes(int64_t K) {
     if (gemm_isa() == GemmIsa::Avx2) return avx2::gemm_scratch_bytes(K);
     // kMR panels (at the smaller group, the larger size), 16 rows in the
     // common form and one GGUF row (< 2 bytes per element for the types here)
+#ifdef MINFER_GEMM_X86
     return static_cast<size_t>(kMR) * panel_bytes(K, 16) +
            16 * (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup)) +
            2 * static_cast<size_t>(K);
+#else
+    (void)K;  // no GEMM path on this architecture (gemm_supported is false)
+    return 0;
+#endif
 }
 
 void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_bytes, int64_t K,

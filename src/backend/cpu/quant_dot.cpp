@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/arm/neon.h"
 #include "backend/cpu/interleaved_simd.h"
 #include "backend/cpu/isa.h"
 #include "tensor/blocks.h"
@@ -1072,6 +1073,9 @@ GroupDotFn group_dot_fn(DType w) {
 }
 
 VecDotFn vec_dot_fn(DType w) {
+#if defined(__aarch64__)
+    if (VecDotFn f = arm::vec_dot_neon(w)) return f;
+#endif
     switch (w) {
         case DType::F32:
             return dot_f32_fn;

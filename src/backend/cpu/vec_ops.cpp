@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/arm/neon.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -112,6 +113,9 @@ MINFER_AVX2_VEC double sum_squares_avx2(const float* x, int64_t n) {
 }  // namespace
 
 void swiglu_row(const float* a, const float* b, float* y, int64_t n) {
+#if defined(__aarch64__)
+    if (arm::swiglu_row_neon(a, b, y, n)) return;
+#endif
 #ifdef MINFER_VEC_X86
     if (has_avx512()) return swiglu_avx512(a, b, y, n);
     if (isa_at_least(IsaLevel::Avx2)) return swiglu_avx2(a, b, y, n);
@@ -120,6 +124,9 @@ void swiglu_row(const float* a, const float* b, float* y, int64_t n) {
 }
 
 double sum_squares(const float* x, int64_t n) {
+#if defined(__aarch64__)
+    if (double s; arm::sum_squares_neon(x, n, &s)) return s;
+#endif
 #ifdef MINFER_VEC_X86
     if (has_avx512()) return sum_squares_avx512(x, n);
     if (isa_at_least(IsaLevel::Avx2)) return sum_squares_avx2(x, n);

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Builds minfer for ARM64 with Debian's cross compiler and runs its tests
+# under qemu-aarch64 (user-mode emulation), once per emulated CPU:
+#   cortex-a72  ARMv8.0: NEON only (no sdot, no i8mm)
+#   max         every feature qemu emulates: NEON + dotprod + i8mm
+# The kernel tests run every ISA level the emulated CPU offers; the
+# end-to-end checks (greedy text of the built-in model, logits parity with
+# llama.cpp on ../shared/ref) run on the `max` CPU when ../shared is there.
+# Emulation says nothing about speed: it checks correctness only.
+#
+# Works from a fresh clone, as root or through sudo (scripts/setup.sh), and
+# writes only build-arm64/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+start=$(date +%s)
+lap() { echo "arm64: $1 ($(( $(date +%s) - start )) s)"; }
+
+# 1. Packages: the cross compiler, the emulator, and the host packages the
+#    build reads (cmake, GoogleTest's source in /usr/src/googletest, the
+#    header-only nlohmann-json).
+MINFER_SETUP_EXTRA="g++-aarch64-linux-gnu qemu-user ${MINFER_SETUP_EXTRA:-}" ./scripts/setup.sh
+lap "packages present"
+
+out="$root/build-arm64"
+deps="$out/_deps"
+toolchain="$root/cmake/aarch64-linux-gnu.cmake"
+jobs=$(nproc)
+export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
+mkdir -p "$out"
+
+# 2. GoogleTest for arm64, built with the cross compiler from the source
+#    Debian ships with libgtest-dev (multiarch libgtest-dev:arm64 would pull
+#    an arm64 libc next to the host's; the source build needs nothing more).
+if [ ! -f "$deps/lib/cmake/GTest/GTestConfig.cmake" ]; then
+  cmake -S /usr/src/googletest -B "$deps/googletest-build" -DCMAKE_TOOLCHAIN_FILE="$toolchain" \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$deps" -DBUILD_GMOCK=ON >/dev/null
+  cmake --build "$deps/googletest-build" -j"$jobs" >/dev/null
+  cmake --install "$deps/googletest-build" >/dev/null
+  lap "GoogleTest built for arm64"
+fi
+# nlohmann-json is headers only: a prefix holding just those headers and the
+# host's CMake config (which finds its headers relative to itself), so the
+# cross build never sees the host's /usr/include.
+if [ ! -f "$deps/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake" ]; then
+  mkdir -p "$deps/include" "$deps/share/cmake"
+  ln -sfn /usr/include/nlohmann "$deps/include/nlohmann"
+  cp -r /usr/share/cmake/nlohmann_json "$deps/share/cmake/"
+fi
+
+# 3. minfer itself (no benchmarks: Google Benchmark is not built for arm64,
+#    and emulated timings mean nothing).
+export MINFER_ARM64_DEPS="$deps"
+cmake -S . -B "$out" -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Release \
+  -DMINFER_BUILD_BENCH=OFF -DGTest_DIR="$deps/lib/cmake/GTest" \
+  -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" >/dev/null
+cmake --build "$out" -j"$jobs"
+lap "minfer built for arm64"
+# ELF e_machine (bytes 18-19) 0xb7 = EM_AARCH64: the build really cross-compiled.
+[ "$(od -An -tx1 -j18 -N2 "$out/minfer_tests" | tr -d ' ')" = "b700" ] ||
+  { echo "arm64: minfer_tests is not an arm64 binary" >&2; exit 1; }
+
+# A wrapper so scripts that run the CLI (tests/parity.sh) run the arm64 one.
+cli="$out/minfer-qemu"
+printf '#!/bin/sh\nexec qemu-aarch64 "%s" "$@"\n' "$out/minfer" >"$cli"
+chmod +x "$cli"
+
+# 4. The tests. Tests that start the CLI as a child process (Cli*, and the
+#    ones in test_gguf/test_limits/test_viz/... that use cli_runner.h) cannot
+#    exec an arm64 binary without binfmt_misc, which a container may lack;
+#    the CLI is checked below through the wrapper instead.
+filter_kernels="IsaLevels*:Cpu*:Quants*:Interleave*"
+filter_all="$filter_kernels:DType*:Gguf.*:GgufBad*:GgufFileType*:GgufShared*"
+filter_all+=":TokenizerBpe*:TokenizerParity*:Pretokenize*:StreamDecoder*:UnicodeTables*:ChatTemplate*"
+filter_all+=":Forward*:Model.*:Alloc*:Fuse*:Scheduler*:ThreadPool*:Sampler*:Cache*:Backends.*"
+filter_all+=":ContextPlan*:SharedParity*:Report*:QuantizeModel*"
+# Left out: tests that exec the CLI or re-exec themselves (death tests).
+filter_all+="-QuantizeModel.Cli*:BackendsDeathTest.*"
+status=0
+summary=()
+run_tests() {  # NAME QEMU_CPU MINFER_CPU FILTER
+  local name="$1" cpu="$2" level="$3" filter="$4" log="$out/tests-$1.log"
+  echo "arm64: [$name] minfer_tests on qemu -cpu $cpu${level:+, MINFER_CPU=$level}"
+  if ! QEMU_CPU="$cpu" MINFER_CPU="$level" qemu-aarch64 "$out/minfer_tests" \
+      --gtest_filter="$filter" --gtest_brief=1 >"$log" 2>&1; then
+    status=1
+    grep -E "^\[  FAILED  \]|Failure|error" "$log" | head -40 >&2 || true
+  fi
+  grep -E "^ISA levels|^kernels at" "$log" | sort -u || true
+  local line
+  line=$(grep -E "^\[  (PASSED|FAILED)  \].*tests?" "$log" | head -1 || true)
+  summary+=("[$name] $(grep -E '^\[==========\] .* ran' "$log" || echo 'no summary: crashed?') ${line}")
+  lap "tests [$name]"
+}
+# max (NEON + dotprod + i8mm): the whole filtered suite at the best level,
+# then the kernel tests again capped at each lower level. cortex-a72
+# (ARMv8.0, NEON only): the kernel tests at its detected level.
+run_tests max max "" "$filter_all"
+run_tests max-scalar max scalar "$filter_kernels"
+run_tests max-neon max neon "$filter_kernels"
+run_tests cortex-a72 cortex-a72 "" "$filter_kernels"
+
+# 5. End to end on the arm64 CLI (on the max CPU), when ../shared is there.
+export QEMU_CPU=max
+shared="$root/../shared"
+if [ -d "$shared/ref" ] && [ -f "$shared/tools/compare_logits.py" ]; then
+  # The built-in model (-m omitted: models/kjv-tiny-q8_0.gguf, the file the
+  # reference used) must continue the prompt with llama.cpp's 24 greedy
+  # tokens, whose top-1 margins all exceed 0.249.
+  /usr/bin/python3 - "$cli" "$shared/ref/kjv-tiny-greedy.json" <<'PY' || status=1
+import json, subprocess, sys
+cli, ref_path = sys.argv[1], sys.argv[2]
+ref = json.load(open(ref_path))
+got = subprocess.run([cli, "-p", ref["prompt"], "-n", str(len(ref["generated"])), "--temp", "0",
+                      "--no-display-prompt"], capture_output=True, text=True, check=True).stdout
+# llama.cpp's text ends in the blank line its CLI prints after a
+# generation; minfer prints one newline: compare without trailing newlines.
+if got.rstrip("\n") == ref["text"].rstrip("\n"):
+    print(f"arm64: greedy text of the built-in model matches llama.cpp's ({len(ref['generated'])} tokens): PASS")
+else:
+    print(f"arm64: greedy text differs: FAIL\n  want {ref['text']!r}\n  got  {got!r}")
+    sys.exit(1)
+PY
+  # Logits against llama.cpp's, at compare_logits.py's default bounds. Under
+  # emulation a 512-token pass of a qwen mini model costs over a minute of
+  # CPU, so by default (CI's time): the three kjv-tiny files (the Q8_0 one
+  # whole and in passes of 64) and the K-quant qwen3 model once;
+  # MINFER_ARM64_PARITY=all runs tests/parity.sh's full set.
+  if [ "${MINFER_ARM64_PARITY:-}" = all ]; then
+    "$root/tests/parity.sh" "$cli" "$shared" logits || status=1
+  else
+    tmp=$(mktemp -d)
+    for run in kjv-tiny-q8_0:0 kjv-tiny-q8_0:64 kjv-tiny-f16:0 kjv-tiny-f32:0 \
+               qwen3-mini-q4_k_m:0; do
+      m=${run%:*} b=${run#*:}
+      [ -f "$shared/models/$m.gguf" ] || continue
+      "$cli" logits -m "$shared/models/$m.gguf" --tokens "$shared/ref/$m/tokens.json" \
+        --out "$tmp/$m-$b" -b "$b" 2>/dev/null || { echo "$m -b $b: minfer logits failed"; status=1; continue; }
+      printf 'arm64: logits %-20s -b %-3s ' "$m" "$b"
+      /usr/bin/python3 "$shared/tools/compare_logits.py" "$shared/ref/$m" "$tmp/$m-$b" || status=1
+    done
+    rm -rf "$tmp"
+  fi
+  lap "end-to-end checks on the arm64 CLI"
+else
+  echo "arm64: ../shared absent: greedy-text and logits parity checks skipped (they need its reference files)"
+fi
+
+echo "arm64: test counts per emulated CPU:"
+printf '  %s\n' "${summary[@]}"
+[ $status -eq 0 ] && echo "arm64: PASS" || echo "arm64: FAIL"
+exit $status
