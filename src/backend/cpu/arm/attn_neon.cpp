@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cpu/arm/neon_exp.h"
 #include "backend/cpu/attn.h"
@@ -93,14 +94,42 @@ void attn_head_simd(bool f16, const float* q, const void* k, const void* v, int6
     attn_head_neon(f16, q, k, v, kv_row, off, n_kv, hd, scale, s, o);
 }
 
-// Row by row (token i, head h of the group): the decode kernel per row. The
-// scratch holds at least the longest row's scores.
+// Row by row (token i, head h of the group): the decode kernel per row.
+// With a page table the keys and values of this KV head are first gathered
+// page by page (each page a contiguous run of cells) into the scratch, in
+// the cache's own element type, so the per-row kernel sees contiguous rows
+// and rounds through f16 exactly as it does on the region itself.
+// scratch (attn_rows_scratch_floats): scores [n_kv_max] | K rows | V rows.
 void attn_rows_simd(const AttnRows& a, float* scratch) {
     MINFER_ASSERT(a.n_tokens * a.group <= kAttnMaxRows);
+    int64_t n_kv_max = 0;
+    for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
+    const void* k = a.k;
+    const void* v = a.v;
+    int64_t kv_row = a.kv_row, off = a.off;
+    if (a.pages) {
+        const size_t elt = a.f16 ? sizeof(uint16_t) : sizeof(float);
+        auto* kg = reinterpret_cast<uint8_t*>(scratch + n_kv_max);
+        uint8_t* vg = kg + static_cast<size_t>(n_kv_max * a.hd) * elt;
+        const auto* kb = static_cast<const uint8_t*>(a.k);
+        const auto* vb = static_cast<const uint8_t*>(a.v);
+        for (int64_t j = 0; j < n_kv_max; ++j) {
+            const int64_t cell =
+                int64_t{a.pages[j / a.page_cells]} * a.page_cells + j % a.page_cells;
+            const size_t src = static_cast<size_t>(cell * a.kv_row + a.off) * elt;
+            const size_t dst = static_cast<size_t>(j * a.hd) * elt;
+            std::memcpy(kg + dst, kb + src, static_cast<size_t>(a.hd) * elt);
+            std::memcpy(vg + dst, vb + src, static_cast<size_t>(a.hd) * elt);
+        }
+        k = kg;
+        v = vg;
+        kv_row = a.hd;
+        off = 0;
+    }
     for (int64_t r = 0; r < a.n_tokens * a.group; ++r) {
         const int64_t i = r / a.group, h = r % a.group;
-        attn_head_neon(a.f16, a.q + i * a.q_stride + h * a.hd, a.k, a.v, a.kv_row, a.off, a.n_kv[i],
-                       a.hd, a.scale, scratch, a.out + i * a.out_stride + h * a.hd);
+        attn_head_neon(a.f16, a.q + i * a.q_stride + h * a.hd, k, v, kv_row, off, a.n_kv[i], a.hd,
+                       a.scale, scratch, a.out + i * a.out_stride + h * a.hd);
     }
 }
 
