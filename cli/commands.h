@@ -14,6 +14,7 @@ int cmd_logits(int argc, char** argv, int first);      // minfer logits -m M --t
 int cmd_perplexity(int argc, char** argv, int first);  // minfer perplexity -m M -f TEXT
 int cmd_bench(int argc, char** argv, int first);       // minfer bench -m M -p 512 -n 128
 int cmd_viz(int argc, char** argv, int first);         // minfer viz -m M -p P -o page.html
+int cmd_serve(int argc, char** argv, int first);       // minfer serve -m M --port 8080
 
 // The model used when -m is not given: the tiny KJV model shipped in models/.
 const char* default_model_path();

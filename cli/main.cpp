@@ -26,6 +26,7 @@ const Subcommand kSubcommands[] = {
     {"perplexity", minfer::cli::cmd_perplexity, "perplexity of a model over a text"},
     {"bench", minfer::cli::cmd_bench, "prompt-processing and generation speed, llama-bench style"},
     {"viz", minfer::cli::cmd_viz, "write an HTML page of the graph and its buffers"},
+    {"serve", minfer::cli::cmd_serve, "an OpenAI-compatible HTTP server with a chat page"},
 };
 
 void print_top_help() {
