@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -134,6 +135,22 @@ class Serve : public ::testing::Test {
             << j["error"]["message"];
     }
 };
+
+// A POST whose answer is read piece by piece; on_data returns false to hang up.
+httplib::Result post_receiving(httplib::Client& c, const std::string& path,
+                               httplib::Headers headers, const std::string& body,
+                               std::function<bool(const char*, size_t)> on_data) {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.headers = std::move(headers);
+    req.headers.emplace("Content-Type", "application/json");
+    req.body = body;
+    req.content_receiver = [on_data](const char* d, size_t n, uint64_t, uint64_t) {
+        return on_data(d, n);
+    };
+    return c.send(req);
+}
 
 json chat_body(const std::string& user, int max_tokens, bool stream = false) {
     return {{"model", "anything"},
@@ -401,11 +418,11 @@ TEST_F(Serve, ClientGoneCancelsAndFreesPages) {
     auto c = client();
     int chunks = 0;
     double pages_while_running = -1;
-    auto r = c.Post("/v1/chat/completions", auth(), body.dump(), "application/json",
-                    [&](const char*, size_t) {
-                        if (++chunks == 3) pages_while_running = metric("minfer_kv_pages_used");
-                        return chunks < 3;  // hang up after a few events
-                    });
+    auto r =
+        post_receiving(c, "/v1/chat/completions", auth(), body.dump(), [&](const char*, size_t) {
+            if (++chunks == 3) pages_while_running = metric("minfer_kv_pages_used");
+            return chunks < 3;  // hang up after a few events
+        });
     EXPECT_FALSE(r);  // the client aborted
     EXPECT_GT(pages_while_running, 0);
     EXPECT_TRUE(wait_idle(10)) << "pages still used after the client left: "
@@ -487,23 +504,22 @@ TEST(ServeQueue, FullQueueAnswers503) {
     int status_second = 0;
     std::string retry_after;
     int chunks = 0;
-    auto r =
-        c.Post("/v1/chat/completions", body.dump(), "application/json", [&](const char*, size_t) {
-            if (++chunks == 2) {
-                httplib::Client c2("127.0.0.1", port);
-                auto r2 =
-                    c2.Post("/v1/chat/completions", chat_body("hi", 2).dump(), "application/json");
-                if (r2) {
-                    status_second = r2->status;
-                    retry_after = r2->get_header_value("Retry-After");
-                }
-                // /health does not wait behind the stream.
-                auto h = c2.Get("/health");
-                EXPECT_TRUE(h && h->status == 200);
-                return false;
+    auto r = post_receiving(c, "/v1/chat/completions", {}, body.dump(), [&](const char*, size_t) {
+        if (++chunks == 2) {
+            httplib::Client c2("127.0.0.1", port);
+            auto r2 =
+                c2.Post("/v1/chat/completions", chat_body("hi", 2).dump(), "application/json");
+            if (r2) {
+                status_second = r2->status;
+                retry_after = r2->get_header_value("Retry-After");
             }
-            return true;
-        });
+            // /health does not wait behind the stream.
+            auto h = c2.Get("/health");
+            EXPECT_TRUE(h && h->status == 200);
+            return false;
+        }
+        return true;
+    });
     EXPECT_EQ(status_second, 503);
     EXPECT_FALSE(retry_after.empty());
     server.shutdown();

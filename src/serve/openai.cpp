@@ -4,11 +4,9 @@
 #include <limits>
 #include <random>
 
-#include "tokenizer/chat_template.h"
-
 namespace minfer::serve {
 
-using nlohmann::json;
+using json = RequestJson;
 
 const char* error_type(int status) {
     switch (status) {
@@ -27,7 +25,8 @@ const char* error_type(int status) {
     }
 }
 
-json error_body(int status, const std::string& message, const std::string& param) {
+nlohmann::json error_body(int status, const std::string& message, const std::string& param) {
+    using json = nlohmann::json;
     json e = {{"message", message}, {"type", error_type(status)}, {"code", status}};
     e["param"] = param.empty() ? json(nullptr) : json(param);
     return json{{"error", e}};
@@ -118,12 +117,12 @@ std::string message_content(const json& m, size_t i) {
     return out;
 }
 
-std::vector<tokenizer::ChatMessage> parse_messages(const json& b) {
+std::vector<ChatMsg> parse_messages(const json& b) {
     if (!b.contains("messages")) throw ApiError(400, "'messages' is required", "messages");
     const json& ms = b["messages"];
     if (!ms.is_array() || ms.empty())
         throw ApiError(400, "'messages' must be a non-empty list", "messages");
-    std::vector<tokenizer::ChatMessage> out;
+    std::vector<ChatMsg> out;
     for (size_t i = 0; i < ms.size(); ++i) {
         const json& m = ms[i];
         const std::string where = "messages[" + std::to_string(i) + "]";
@@ -135,15 +134,68 @@ std::vector<tokenizer::ChatMessage> parse_messages(const json& b) {
             role != "tool")
             throw ApiError(400,
                            "'" + where +
-                               ".role' must be system, user, assistant, developer or "
-                               "tool, got '" +
+                               ".role' must be system, user, assistant, developer or tool, got '" +
                                role + "'",
                            where + ".role");
-        if (role == "tool" || m.contains("tool_calls"))
-            throw ApiError(400, "tool messages and tool_calls are not supported yet", where);
-        out.push_back({role == "developer" ? "system" : role, message_content(m, i)});
+        ChatMsg msg{role == "developer" ? "system" : role, message_content(m, i), {}};
+        if (has(m, "tool_calls")) {
+            const json& tc = m["tool_calls"];
+            if (role != "assistant" || !tc.is_array())
+                throw ApiError(400,
+                               "'" + where + ".tool_calls' must be a list, on an assistant message",
+                               where + ".tool_calls");
+            for (const json& c : tc) {
+                const json* f = c.is_object() && c.contains("function") ? &c["function"] : nullptr;
+                if (!f || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
+                    throw ApiError(
+                        400, "each of '" + where + ".tool_calls' needs a function with a name",
+                        where + ".tool_calls");
+                ToolCallMsg call;
+                call.name = (*f)["name"].get<std::string>();
+                call.arguments = json::object();
+                if (f->contains("arguments")) {
+                    const json& a = (*f)["arguments"];
+                    // OpenAI sends the arguments as JSON text; the template
+                    // writes them as an object.
+                    call.arguments =
+                        a.is_string() ? json::parse(a.get<std::string>(), nullptr, false) : a;
+                    if (call.arguments.is_discarded())
+                        throw ApiError(
+                            400, "the arguments of '" + where + ".tool_calls' are not valid JSON",
+                            where + ".tool_calls");
+                }
+                msg.tool_calls.push_back(std::move(call));
+            }
+        }
+        out.push_back(std::move(msg));
     }
     return out;
+}
+
+std::vector<json> parse_tools(const json& b) {
+    std::vector<json> tools;
+    if (!has(b, "tools")) return tools;
+    const json& t = b["tools"];
+    if (!t.is_array()) throw ApiError(400, "'tools' must be a list", "tools");
+    for (const json& x : t) {
+        if (!x.is_object() || x.value("type", "") != "function" || !x.contains("function") ||
+            !x["function"].is_object() || !x["function"].contains("name") ||
+            !x["function"]["name"].is_string())
+            throw ApiError(
+                400, "each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                "tools");
+        tools.push_back(x);
+    }
+    if (has(b, "tool_choice")) {
+        const json& c = b["tool_choice"];
+        if (c.is_string() && c.get<std::string>() == "none") return {};
+        if (!(c.is_string() && c.get<std::string>() == "auto"))
+            throw ApiError(400,
+                           "'tool_choice' supports \"auto\" and \"none\" (a forced call is not "
+                           "supported)",
+                           "tool_choice");
+    }
+    return tools;
 }
 
 std::vector<int32_t> parse_prompt(const json& b, const tokenizer::Tokenizer& tok) {
@@ -172,7 +224,7 @@ std::vector<int32_t> parse_prompt(const json& b, const tokenizer::Tokenizer& tok
 
 CompletionRequest parse_completion_request(const json& b, bool chat,
                                            const tokenizer::Tokenizer& tok, int64_t n_ctx,
-                                           int32_t n_parallel, bool qwen3) {
+                                           int32_t n_parallel, const ChatFlavor& flavor) {
     CompletionRequest r;
     r.chat = chat;
     // Features not supported are refused by name rather than silently ignored.
@@ -182,7 +234,7 @@ CompletionRequest parse_completion_request(const json& b, bool chat,
             throw ApiError(400, "'response_format' (JSON modes) is not supported",
                            "response_format");
     }
-    for (const char* k : {"tools", "tool_choice", "functions", "function_call", "logit_bias"})
+    for (const char* k : {"functions", "function_call", "logit_bias"})
         if (has(b, k)) throw ApiError(400, std::string("'") + k + "' is not supported yet", k);
     if (has(b, "model")) {
         if (!b["model"].is_string()) throw ApiError(400, "'model' must be a string", "model");
@@ -260,7 +312,10 @@ CompletionRequest parse_completion_request(const json& b, bool chat,
                                "chat_template_kwargs");
             if (has(k, "enable_thinking")) no_think = !get_bool(k, "enable_thinking");
         }
-        const std::string text = tokenizer::render_chatml(messages, true, no_think && qwen3);
+        const auto tools = parse_tools(b);
+        r.tools = !tools.empty();
+        r.think = flavor.qwen3 && !no_think;
+        const std::string text = render_chat(messages, tools, flavor, no_think);
         r.gen.prompt = tok.encode(text, true, true);
     } else {
         r.gen.prompt = parse_prompt(b, tok);

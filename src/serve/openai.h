@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "serve/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -28,6 +29,9 @@ class ApiError : public Error {
 const char* error_type(int status);
 nlohmann::json error_body(int status, const std::string& message, const std::string& param = {});
 
+// Request bodies keep their keys' order (tools are rendered into the prompt as sent).
+using RequestJson = nlohmann::ordered_json;
+
 // One parsed completion request.
 struct CompletionRequest {
     bool chat = false;
@@ -37,17 +41,18 @@ struct CompletionRequest {
     bool stream = false;
     bool include_usage = false;
     bool logprobs = false;  // chat: "logprobs": true; completions: "logprobs": N
-    bool echo = false;      // completions only: not supported (400)
+    bool tools = false;     // chat: tools offered (replies parsed for <tool_call>)
+    bool think = false;     // chat: a Qwen3 reply may open with <think> (reasoning_content)
 };
 
 // Parses a body of /v1/chat/completions (chat) or /v1/completions.
 // The prompt is rendered (chat: ChatML) and tokenized here; n_ctx bounds the
 // prompt (a longer one is a 400 naming both counts). Throws ApiError.
-CompletionRequest parse_completion_request(const nlohmann::json& body, bool chat,
+CompletionRequest parse_completion_request(const RequestJson& body, bool chat,
                                            const tokenizer::Tokenizer& tok, int64_t n_ctx,
-                                           int32_t n_parallel, bool qwen3);
+                                           int32_t n_parallel, const ChatFlavor& flavor);
 
 // Parses the body text as a JSON object (400 naming the parse error).
-nlohmann::json parse_json_object(const std::string& body);
+RequestJson parse_json_object(const std::string& body);
 
 }  // namespace minfer::serve

@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -16,6 +17,7 @@
 #include "serve/chat_page.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
+#include "serve/reply_parser.h"
 #include "serve/sample_text.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -94,6 +96,9 @@ struct Job {
         runtime::RequestResult result;
         Clock::time_point last_token;
         bool any_token = false;
+        int64_t n_tokens = 0;                 // seen so far (the result's count arrives last)
+        std::unique_ptr<ReplyParser> parser;  // chat with tools or thinking: streamed parts
+        int tool_calls_sent = 0;
     };
     std::mutex mu;
     std::condition_variable cv;
@@ -120,6 +125,7 @@ struct Server::Impl {
     std::atomic<bool> ready{false}, stopping{false}, stop_requested{false}, down{false};
     const model::Model* model = nullptr;
     std::unique_ptr<tokenizer::Tokenizer> tok;
+    ChatFlavor flavor;
     std::unique_ptr<runtime::Engine> engine;
     std::thread engine_thread;
     std::atomic<bool> engine_stop{false};
@@ -171,6 +177,33 @@ json Server::Impl::final_body(Job& job) {
         auto& s = job.samples[i];
         completion_tokens += s.result.generated;
         json c = {{"index", i}, {"finish_reason", finish_reason_openai(s.result.reason)}};
+        if (r.chat && (r.tools || r.think)) {
+            // Split the reply: reasoning, content, tool calls.
+            ReplyParser parser(r.think, r.tools);
+            auto parts = parser.feed(s.text->text());
+            for (auto& p : parser.finish()) parts.push_back(std::move(p));
+            std::string content, reasoning;
+            json calls = json::array();
+            for (const auto& p : parts) {
+                if (p.kind == ReplyPart::Content) content += p.text;
+                if (p.kind == ReplyPart::Reasoning) reasoning += p.text;
+                if (p.kind == ReplyPart::ToolCall)
+                    calls.push_back({{"id", random_id("call_")},
+                                     {"type", "function"},
+                                     {"function", {{"name", p.name}, {"arguments", p.arguments}}}});
+            }
+            while (!content.empty() && (content.back() == '\n' || content.back() == ' '))
+                content.pop_back();
+            json msg = {{"role", "assistant"}};
+            msg["content"] = content.empty() && !calls.empty() ? json(nullptr) : json(content);
+            if (!reasoning.empty()) msg["reasoning_content"] = reasoning;
+            if (!calls.empty()) {
+                msg["tool_calls"] = calls;
+                if (s.result.reason == runtime::FinishReason::Stop)
+                    c["finish_reason"] = "tool_calls";
+            }
+            c["message"] = msg;
+        }
         json lp = nullptr;
         if (r.logprobs) {
             if (r.chat) {
@@ -196,9 +229,9 @@ json Server::Impl::final_body(Job& job) {
             }
         }
         c["logprobs"] = lp;
-        if (r.chat)
+        if (r.chat && !c.contains("message"))
             c["message"] = {{"role", "assistant"}, {"content", s.text->text()}};
-        else
+        else if (!r.chat)
             c["text"] = s.text->text();
         choices.push_back(c);
     }
@@ -231,7 +264,38 @@ std::string Server::Impl::stream_chunks(Job& job, bool final_pass) {
         auto& s = job.samples[i];
         if (s.finish_sent) continue;
         std::string text = s.finished ? s.text->finish() : s.text->take_ready();
-        if (!text.empty() || !s.pending_logprobs.empty()) {
+        // Chat with tools or thinking: the parts of the reply become their own deltas.
+        std::vector<json> deltas;
+        if (s.parser) {
+            auto parts = s.parser->feed(text);
+            if (s.finished)
+                for (auto& p : s.parser->finish()) parts.push_back(std::move(p));
+            for (const auto& p : parts) {
+                if (p.kind == ReplyPart::Content) deltas.push_back({{"content", p.text}});
+                if (p.kind == ReplyPart::Reasoning)
+                    deltas.push_back({{"reasoning_content", p.text}});
+                if (p.kind == ReplyPart::ToolCall)
+                    deltas.push_back(
+                        {{"tool_calls",
+                          json::array(
+                              {{{"index", s.tool_calls_sent++},
+                                {"id", random_id("call_")},
+                                {"type", "function"},
+                                {"function", {{"name", p.name}, {"arguments", p.arguments}}}}})}});
+            }
+            text.clear();
+            if (deltas.empty() && !s.pending_logprobs.empty()) deltas.push_back({{"content", ""}});
+        }
+        for (const auto& d : deltas) {
+            json choice = {{"index", i}, {"finish_reason", nullptr}, {"delta", d}};
+            json lp = nullptr;
+            if (r.logprobs && !s.pending_logprobs.empty())
+                lp = json{{"content", s.pending_logprobs}};
+            s.pending_logprobs.clear();
+            choice["logprobs"] = lp;
+            chunk(choice);
+        }
+        if (!s.parser && (!text.empty() || !s.pending_logprobs.empty())) {
             json choice = {{"index", i}, {"finish_reason", nullptr}};
             json lp = nullptr;
             if (r.logprobs && !s.pending_logprobs.empty()) {
@@ -262,6 +326,8 @@ std::string Server::Impl::stream_chunks(Job& job, bool final_pass) {
             json choice = {{"index", i},
                            {"logprobs", nullptr},
                            {"finish_reason", finish_reason_openai(s.result.reason)}};
+            if (s.tool_calls_sent > 0 && s.result.reason == runtime::FinishReason::Stop)
+                choice["finish_reason"] = "tool_calls";
             if (r.chat)
                 choice["delta"] = json::object();
             else
@@ -296,16 +362,18 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
         res.set_header("Retry-After", "5");
         return send_error(res, 503, "the model is still loading");
     }
-    const json body = parse_json_object(req.body);
+    const auto body = parse_json_object(req.body);
     auto job = std::make_shared<Job>();
-    job->req = parse_completion_request(body, chat, *tok, engine->options().n_ctx, n_parallel(),
-                                        model->hp.arch == model::Arch::Qwen3);
+    job->req =
+        parse_completion_request(body, chat, *tok, engine->options().n_ctx, n_parallel(), flavor);
     job->t_start = Clock::now();
     job->created = unix_time();
     job->oai_id = random_id(chat ? "chatcmpl-" : "cmpl-");
     for (int i = 0; i < job->req.gen.n_samples; ++i) {
         Job::Sample s;
         s.text = std::make_unique<SampleText>(*tok, job->req.stops);
+        if (chat && (job->req.tools || job->req.think))
+            s.parser = std::make_unique<ReplyParser>(job->req.think, job->req.tools);
         job->samples.push_back(std::move(s));
     }
 
@@ -318,11 +386,16 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
                           "the server is busy: " + std::to_string(limit) +
                               " requests are running or waiting; retry later");
     }
-    struct Release {  // the admission slot, held until the answer is written
+    // The admission slot, held until the answer is written (the stream's
+    // provider keeps it).
+    struct Release {
         std::atomic<int>* a;
+        explicit Release(std::atomic<int>* a) : a(a) {}
+        Release(const Release&) = delete;
+        Release& operator=(const Release&) = delete;
         ~Release() { a->fetch_sub(1); }
     };
-    auto slot = std::make_shared<Release>(Release{&active});
+    auto slot = std::make_shared<Release>(&active);
 
     runtime::RequestCallbacks cb;
     const bool want_lp = job->req.logprobs;
@@ -333,6 +406,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
         if (s.any_token) metrics.inter_token(ms_between(s.last_token, now) / 1e3);
         s.any_token = true;
         s.last_token = now;
+        ++s.n_tokens;
         const bool go_on = s.text->push(ev.token);
         if (want_lp) {
             const std::string piece = tok->token_to_piece(ev.token);
@@ -390,15 +464,15 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     auto log_detail = [job]() {
         // job->mu held by the caller
         int64_t gen = 0;
-        for (const auto& s : job->samples) gen += s.result.generated;
+        for (const auto& s : job->samples) gen += std::max(s.result.generated, s.n_tokens);
         const auto& r0 = job->samples[0].result;
+        const auto n_prompt = static_cast<long long>(job->req.gen.prompt.size());
         char buf[256];
-        std::snprintf(buf, sizeof buf,
-                      "prompt=%lld cached=%lld generated=%lld ttft=%.1f ms total=%.1f ms%s",
-                      static_cast<long long>(r0.prompt_tokens),
-                      static_cast<long long>(r0.cached_tokens), static_cast<long long>(gen),
-                      r0.t_first_token_ms, ms_between(job->t_start, Clock::now()),
-                      r0.reason == runtime::FinishReason::Cancelled ? " cancelled" : "");
+        std::snprintf(
+            buf, sizeof buf, "prompt=%lld cached=%lld generated=%lld ttft=%.1f ms total=%.1f ms%s",
+            n_prompt, static_cast<long long>(r0.cached_tokens), static_cast<long long>(gen),
+            r0.t_first_token_ms, ms_between(job->t_start, Clock::now()),
+            r0.reason == runtime::FinishReason::Cancelled ? " cancelled" : "");
         return std::string(buf);
     };
 
@@ -587,7 +661,7 @@ void Server::Impl::install_routes() {
     });
     http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
         if (!ready) return send_error(res, 503, "the model is still loading");
-        const json b = parse_json_object(req.body);
+        const auto b = parse_json_object(req.body);
         if (!b.contains("content") || !b["content"].is_string())
             throw ApiError(400, "'content' must be a string", "content");
         bool add_special = false, with_pieces = false;
@@ -613,11 +687,11 @@ void Server::Impl::install_routes() {
     });
     http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
         if (!ready) return send_error(res, 503, "the model is still loading");
-        const json b = parse_json_object(req.body);
+        const auto b = parse_json_object(req.body);
         if (!b.contains("tokens") || !b["tokens"].is_array())
             throw ApiError(400, "'tokens' must be a list of token ids", "tokens");
         std::vector<int32_t> ids;
-        for (const json& t : b["tokens"]) {
+        for (const auto& t : b["tokens"]) {
             if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
                 t.get<int64_t>() >= tok->n_vocab())
                 throw ApiError(400,
@@ -680,6 +754,9 @@ void Server::attach(const model::Model& model, runtime::EngineOptions engine_opt
     auto& I = *impl_;
     I.model = &model;
     I.tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_gguf(model.file));
+    const auto jinja = model.file.get_string("tokenizer.chat_template");
+    I.flavor = chat_flavor(jinja ? std::string(*jinja) : std::string(),
+                           model.hp.arch == model::Arch::Qwen3);
     I.engine = std::make_unique<runtime::Engine>(model, engine_options);
     I.engine_thread = std::thread([&I] {
         while (!I.engine_stop) {
