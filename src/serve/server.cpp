@@ -357,7 +357,10 @@ std::string Server::Impl::stream_chunks(Job& job, bool final_pass) {
 
 void Server::Impl::handle_completion(const httplib::Request& req, httplib::Response& res,
                                      bool chat) {
-    if (stopping) return send_error(res, 503, "the server is shutting down");
+    if (stopping) {
+        res.set_header("Connection", "close");  // a proxy's kept-alive connection ends here
+        return send_error(res, 503, "the server is shutting down");
+    }
     if (!ready) {
         res.set_header("Retry-After", "5");
         return send_error(res, 503, "the model is still loading");

@@ -11,7 +11,7 @@ mkdir -p "$work"
 if ! command -v nginx >/dev/null && [[ ! -x /usr/sbin/nginx ]]; then
     echo "nginx test: installing Debian's nginx"
     sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nginx-light >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nginx >/dev/null
 fi
 nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 
