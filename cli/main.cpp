@@ -25,6 +25,8 @@ const Subcommand kSubcommands[] = {
     {"logits", minfer::cli::cmd_logits, "run a token list and write its logits (parity checks)"},
     {"perplexity", minfer::cli::cmd_perplexity, "perplexity of a model over a text"},
     {"bench", minfer::cli::cmd_bench, "prompt-processing and generation speed, llama-bench style"},
+    {"batched-bench", minfer::cli::cmd_batched_bench,
+     "throughput of many sequences in one engine, llama-batched-bench style"},
     {"viz", minfer::cli::cmd_viz, "write an HTML page of the graph and its buffers"},
     {"serve", minfer::cli::cmd_serve, "an OpenAI-compatible HTTP server with a chat page"},
 };

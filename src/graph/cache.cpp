@@ -31,6 +31,12 @@ Graph& GraphCache::replace(const GraphParams& params, Graph graph) {
     return g;
 }
 
+void GraphCache::evict(int kind) {
+    if (entries_.erase(kind) == 0) return;
+    alloc_.release_plan(kind);
+    if (current_kind_ == kind) current_kind_ = -1;
+}
+
 Graph* GraphCache::current() {
     auto it = entries_.find(current_kind_);
     return it == entries_.end() ? nullptr : it->second.graph.get();

@@ -25,6 +25,7 @@ struct CParams {
     bool fuse_ffn = true;                  // SwiGLU instead of Silu + Mul
     std::vector<BackendId> layer_backend;  // [n_layer] backend per layer; empty = all on 0
     tensor::DType kv_type = tensor::DType::F32;
+    int32_t kv_page = 0;  // cells per KV page (0: unpaged, cell = position)
     bool operator==(const CParams&) const = default;
 };
 
@@ -34,7 +35,8 @@ constexpr int kDecode = 1;
 struct GraphParams {
     int64_t n_tokens = 0;  // tokens in this pass
     int64_t n_out = 0;     // logits rows asked for
-    int kind = kPrefill;   // kPrefill or kDecode: one cached graph per kind
+    int64_t n_seqs = 1;    // page-table rows (paged KV): how many sequences a pass may hold
+    int kind = kPrefill;   // kPrefill, kDecode, or a caller's key: one cached graph per kind
     CParams cparams;
     uint64_t weights_version = 0;
     bool operator==(const GraphParams&) const = default;
@@ -58,6 +60,10 @@ class GraphCache {
 
     // The graph made current by the last try_reuse/replace (nullptr if none).
     Graph* current();
+    // Drop a kind's graph and give its plan's buffers back (the engine keeps
+    // a bounded set of token-count buckets). No-op for an unknown kind.
+    void evict(int kind);
+    size_t size() const { return entries_.size(); }
     GraphAllocator& allocator() { return alloc_; }
     const GraphAllocator& allocator() const { return alloc_; }
     size_t rebuilds() const { return rebuilds_; }

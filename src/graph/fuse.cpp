@@ -39,10 +39,14 @@ int fuse_ffn(Graph& g) {
 // after every projection and before attention.
 bool fuse_qkv_layer(Graph& g, NodeId attn_id) {
     Node& attn = g.node(attn_id);
-    if (attn.src.size() != 3) return false;
+    if (attn.src.size() != 3 && attn.src.size() != 5) return false;
     const NodeId q_rope = attn.src[0], store = attn.src[1], positions = attn.src[2];
     if (g.node(q_rope).op != Op::Rope || g.node(store).op != Op::KvStore) return false;
     const Node& st = g.node(store);
+    // Paged KV: the store's cells input and attention's page tables move along.
+    if ((st.src.size() == 4) != (attn.src.size() == 5)) return false;
+    const std::vector<NodeId> page_src(attn.src.begin() + 3, attn.src.end());
+    const NodeId kv_cells = st.src.size() == 4 ? st.src[3] : -1;
     const NodeId k_rope = st.src[0];
     NodeId v_last = st.src[1];
     if (g.node(k_rope).op != Op::Rope) return false;
@@ -81,10 +85,12 @@ bool fuse_qkv_layer(Graph& g, NodeId attn_id) {
     Node& ep = g.node(q_rope);
     ep.op = Op::QkvBiasRopeStore;
     ep.src = {mq, positions};
+    if (kv_cells >= 0) ep.src.push_back(kv_cells);
     ep.weights = epilogue_w;
     ep.ne = g.node(mq).ne;
     ep.meta.n_ctx = st.meta.n_ctx;
     ep.meta.kv_type = st.meta.kv_type;
+    ep.meta.kv_page = st.meta.kv_page;
     ep.fused = true;
     ep.name = "qkv_epilogue." + std::to_string(ep.meta.layer);
 
@@ -92,6 +98,7 @@ bool fuse_qkv_layer(Graph& g, NodeId attn_id) {
     // both sources to it keeps the projection buffer's consumer count at one,
     // so the epilogue may run in place (the alias rule).
     g.node(attn_id).src = {q_rope, q_rope, positions};
+    for (NodeId s : page_src) g.node(attn_id).src.push_back(s);
     return true;
 }
 

@@ -34,14 +34,22 @@ enum class Op : uint8_t {
     SwiGLU,      // silu(src0) * src1 (fusion of Mul(Silu(gate), up))
     HeadNorm,    // per-head RMSNorm: src0 [head_dim * heads, n], weights[0] [head_dim]
     Rope,        // NEOX RoPE: src0 [head_dim * heads, n], src1 positions; may run in place
-    KvStore,     // src0 k [n_kv_embd, n], src1 v [n_kv_embd, n], src2 positions: writes
-                 // rows into the layer's K and V regions. Shape [n_kv_embd, n_ctx] mirrors
-                 // the persistent region; its buffer *is* the K region.
+    KvStore,     // src0 k [n_kv_embd, n], src1 v [n_kv_embd, n], src2 positions, optional
+                 // src3 kv_cells [n]: writes token i's rows into cell kv_cells[i] (without
+                 // src3: cell = position; -1: a padding token, nothing stored) of the
+                 // layer's K and V regions. Shape
+                 // [n_kv_embd, n_ctx] mirrors the persistent region; its buffer *is* the
+                 // K region.
     Attn,        // causal GQA: src0 q rows (q in columns [0, n_head*head_dim)),
-                 // src1 the layer's KvStore or QkvBiasRopeStore (ordering), src2 positions.
-                 // Reads K/V of positions 0..pos from the layer's regions -> [n_head*head_dim, n]
+                 // src1 the layer's KvStore or QkvBiasRopeStore (ordering), src2 positions,
+                 // optional src3 kv_rows [n] and src4 kv_pages [n_seqs * pages_per_seq]
+                 // (meta.kv_page > 0): token t reads positions 0..pos[t] of its sequence,
+                 // position p at cell kv_pages[kv_rows[t] * pages_per_seq + p / P] * P +
+                 // p % P (P = meta.kv_page). Without them cell = position.
+                 // -> [n_head*head_dim, n]
     FusedQKV,    // src0 x [n_embd, n], weights wq, wk, wv -> [n_q + 2*n_kv_embd, n] (q | k | v)
-    QkvBiasRopeStore,  // the epilogue: src0 FusedQKV output, src1 positions; weights
+    QkvBiasRopeStore,  // the epilogue: src0 FusedQKV output, src1 positions, optional src2
+                       // kv_cells (as KvStore's src3); weights
                        // (bq, bk, bv) for qwen2 or (q_norm, k_norm) for qwen3. Adds biases
                        // or applies the per-head norm, ropes q and k, stores k and v in the
                        // layer's regions; output = src0's shape (runs in place).
@@ -56,7 +64,8 @@ struct NodeMeta {
     int32_t n_head_kv = 0;  // key/value heads
     int32_t head_dim = 0;
     float rope_freq_base = 10000.0f;
-    int64_t n_ctx = 0;  // KV region rows (KvStore, Attn, FusedQKV, epilogue)
+    int64_t n_ctx = 0;    // KV region rows = cells (KvStore, Attn, FusedQKV, epilogue)
+    int32_t kv_page = 0;  // cells per KV page (Attn with page tables); n_ctx is a multiple
     tensor::DType kv_type = tensor::DType::F32;  // element type of the KV regions
 };
 

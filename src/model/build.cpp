@@ -63,6 +63,14 @@ Graph build_graph(const Model& model, const BuildParams& bp) {
     const NodeId positions = g.add_input("positions", n);  // [n]
     const bool select_tail = bp.n_out < n;
     const NodeId tail_ids = select_tail ? g.add_input("tail_ids", bp.n_out) : -1;  // [n_out]
+    const bool paged = bp.kv_page > 0;
+    if (paged) MINFER_ASSERT(bp.n_ctx % bp.kv_page == 0 && bp.n_seqs >= 1);
+    // [n] the cell each token's K/V row goes to; [n] its sequence's page-table
+    // row; [n_seqs, pages_per_seq] the page tables
+    const NodeId kv_cells = paged ? g.add_input("kv_cells", n) : -1;
+    const NodeId kv_rows = paged ? g.add_input("kv_rows", n) : -1;
+    const NodeId kv_pages =
+        paged ? g.add_input("kv_pages", bp.n_seqs * (bp.n_ctx / bp.kv_page)) : -1;
 
     NodeId h = b.add(Op::GetRows, "token_embd", hp.n_embd, n, {token_ids}, {model.tok_embd});
     for (int64_t il = 0; il < hp.n_layer; ++il) {
@@ -85,12 +93,17 @@ Graph build_graph(const Model& model, const BuildParams& bp) {
         q = b.add(Op::Rope, "q_rope", b.width(q), n, {q, positions});
         k = b.add(Op::Rope, "k_rope", b.width(k), n, {k, positions});
         // The store's shape mirrors the persistent region so the allocator can size it.
-        NodeId store = b.add(Op::KvStore, "kv_store", hp.n_embd_kv(), bp.n_ctx, {k, v, positions});
+        std::vector<NodeId> store_src{k, v, positions}, attn_src;
+        if (paged) store_src.push_back(kv_cells);
+        NodeId store = b.add(Op::KvStore, "kv_store", hp.n_embd_kv(), bp.n_ctx, store_src);
         g.node(store).type = bp.kv_type;
-        NodeId attn = b.add(Op::Attn, "attn", hp.n_embd_q(), n, {q, store, positions});
+        attn_src = {q, store, positions};
+        if (paged) attn_src.insert(attn_src.end(), {kv_rows, kv_pages});
+        NodeId attn = b.add(Op::Attn, "attn", hp.n_embd_q(), n, attn_src);
         for (NodeId id : {store, attn}) {
             g.node(id).meta.n_ctx = bp.n_ctx;
             g.node(id).meta.kv_type = bp.kv_type;
+            g.node(id).meta.kv_page = bp.kv_page;
         }
         NodeId o = b.matmul(attn, L.wo, "attn_out");  // [n_embd, n]
         if (last && select_tail) {

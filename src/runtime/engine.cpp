@@ -1,12 +1,11 @@
-// TEMPORARY STAND-IN for the many-sequence engine (engine.h), written by the
-// server's branch so that `minfer serve` can be built and tested before the
-// real engine lands: requests run ONE AT A TIME on a single-sequence Session,
-// one token per step() (so cancel() and new submissions are seen between
-// tokens); a request's samples run one after the other from the prompt's
-// cached KV rows. No paging and no prefix sharing: "pages" are the session's
-// occupied cells in units of page_cells, so the accounting the server shows
-// (used while a request runs, zero when idle) still holds. To be replaced
-// wholesale by the real implementation when branch h-engine is merged.
+// The engine's step, as data (ARCHITECTURE.md "Growing it"):
+//   cancels -> admit (prefix pages mapped, prompt pages reserved) -> grow
+//   (a page per decoding sequence that fills its last one; preempt when the
+//   pool is empty) -> pack (every running sequence's next token, prompt
+//   chunks within n_batch) -> one forward pass over a token-count bucket
+//   (graphs cached per bucket) -> sample each sequence -> retire.
+// The graph knows only token counts; which sequence a token belongs to, the
+// cell it writes and its sequence's pages reach it as named inputs.
 #include "runtime/engine.h"
 
 #include <algorithm>
@@ -14,17 +13,51 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
-#include <limits>
+#include <map>
 #include <mutex>
-#include <optional>
-#include <set>
+#include <thread>
 #include <unordered_map>
 
-#include "runtime/session.h"
+#include "backend/cpu/cpu_backend.h"
+#include "graph/assign.h"
+#include "graph/cache.h"
+#include "graph/kv_pages.h"
+#include "graph/scheduler.h"
+#include "model/build.h"
+#include "runtime/engine_impl.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace minfer::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int32_t P = graph::kKvPageCells;
+
+double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Token-count buckets: powers of two and 1.5x powers of two, so padding
+// wastes at most a third and a steady workload reuses a handful of graphs.
+int64_t bucket_up(int64_t n, int64_t cap) {
+    for (int64_t p = 1;; p *= 2) {
+        if (p >= n) return std::min(p, cap);
+        if (p >= 4 && p + p / 2 >= n) return std::min(p + p / 2, cap);
+    }
+}
+int64_t bucket_down(int64_t n) {
+    int64_t best = 1;
+    for (int64_t p = 1; p <= n; p *= 2) {
+        best = p;
+        if (p >= 4 && p + p / 2 <= n) best = p + p / 2;
+    }
+    return best;
+}
+
+}  // namespace
 
 const char* finish_reason_name(FinishReason r) {
     switch (r) {
@@ -42,296 +75,743 @@ const char* finish_reason_name(FinishReason r) {
     return "?";
 }
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-constexpr int64_t kPageCells = 16;
-}  // namespace
+Engine::Impl::Impl(const model::Model& m, const EngineOptions& o) : model(m), opt(o) {
+    if (opt.n_ctx < 1) throw Error("the context size (-c) must be at least 1");
+    if (opt.n_batch < 1) throw Error("the batch size (-b) must be at least 1");
+    if (opt.n_batch > (1 << 15)) throw Error("the batch size (-b) is limited to 32768 tokens");
+    if (opt.n_parallel < 1) throw Error("the number of parallel sequences must be at least 1");
+    if (opt.kv_type_k != opt.kv_type_v)
+        throw Error(std::string("the K and V caches must have one type (got -ctk ") +
+                    std::string(tensor::dtype_name(opt.kv_type_k)) + ", -ctv " +
+                    std::string(tensor::dtype_name(opt.kv_type_v)) + ")");
+    if (opt.kv_type_k != tensor::DType::F32 && opt.kv_type_k != tensor::DType::F16)
+        throw Error("the KV cache type must be f32 or f16, got " +
+                    std::string(tensor::dtype_name(opt.kv_type_k)));
+    if (opt.n_threads <= 0) opt.n_threads = ThreadPool::physical_cores();
+    n_pages = static_cast<int32_t>((opt.n_ctx + P - 1) / P);
+    trash_page = n_pages;  // one page more: never written, read by padding tokens
+    pool = std::make_unique<graph::KvPagePool>(n_pages);
+    page_tokens.assign(static_cast<size_t>(n_pages), {});
 
-struct Engine::Impl {
-    struct Request {
-        RequestId id = 0;
-        GenParams params;
-        RequestCallbacks cb;
-        Clock::time_point t_submit;
-        // Running state (the one current request).
-        int32_t sample = 0;
-        std::vector<float> prompt_logits;  // [n_vocab] after the prompt
-        std::vector<float> logits;         // [n_vocab] of the last token
-        std::optional<Sampler> sampler;
-        std::unordered_map<int32_t, int> counts;  // output token -> occurrences
-        int64_t generated = 0;
-        double t_queue_ms = 0, t_first_ms = -1;
-    };
+    cpu = std::make_unique<backend::CpuBackend>(opt.n_threads);
+    backends.push_back(cpu.get());
+    cache = std::make_unique<graph::GraphCache>(backends, opt.planner);
+    cparams.n_ctx = int64_t{n_pages + 1} * P;
+    cparams.fuse_qkv = opt.fuse.qkv;
+    cparams.fuse_ffn = opt.fuse.ffn;
+    cparams.kv_type = opt.kv_type_k;
+    cparams.kv_page = P;
 
-    const model::Model& model;
-    EngineOptions options;
-    tokenizer::Tokenizer tok;
-    Session session;
-
-    mutable std::mutex mu;  // guards queue, cancelled, stats, next_id
-    std::condition_variable cv;
-    std::deque<std::unique_ptr<Request>> queue;
-    std::set<RequestId> cancelled;
-    EngineStats st;
-    RequestId next_id = 1;
-    std::unique_ptr<Request> cur;  // step thread only
-
-    Impl(const model::Model& m, EngineOptions o)
-        : model(m),
-          options(o),
-          tok(tokenizer::Tokenizer::from_gguf(m.file)),
-          session(m, session_options(o)) {
-        st.page_cells = kPageCells;
-        st.pages_total = o.n_ctx / kPageCells;
-        st.pages_free = st.pages_total;
-    }
-
-    static SessionOptions session_options(const EngineOptions& o) {
-        SessionOptions s;
-        s.n_ctx = o.n_ctx;
-        s.n_batch = o.n_batch;
-        s.n_threads = o.n_threads;
-        s.kv_type = o.kv_type_k;
-        s.fuse = o.fuse;
-        s.planner = o.planner;
-        return s;
-    }
-
-    void update_pages_locked() {
-        st.pages_used = (session.n_past() + kPageCells - 1) / kPageCells;
-        st.pages_free = st.pages_total - st.pages_used;
-        st.running = cur ? 1 : 0;
-        st.waiting = static_cast<int64_t>(queue.size());
-    }
-
-    RequestResult result(const Request& r, FinishReason why, std::string error = {}) {
-        RequestResult res;
-        res.sample = r.sample;
-        res.reason = why;
-        res.error = std::move(error);
-        res.prompt_tokens = static_cast<int64_t>(r.params.prompt.size());
-        res.generated = r.generated;
-        res.t_queue_ms = r.t_queue_ms;
-        res.t_first_token_ms = r.t_first_ms < 0 ? ms_since(r.t_submit) : r.t_first_ms;
-        res.t_total_ms = ms_since(r.t_submit);
-        return res;
-    }
-
-    // Ends every sample from the current one on: `why` for all.
-    void finish_all(Request& r, FinishReason why, const std::string& error = {}) {
-        for (; r.sample < r.params.n_samples; ++r.sample) {
-            if (r.cb.on_finish) r.cb.on_finish(result(r, why, error));
-            r.generated = 0;
-        }
-    }
-
-    void start_sample(Request& r) {
-        SamplerParams sp = r.params.sampling;
-        sp.seed += static_cast<uint64_t>(r.sample);
-        r.sampler.emplace(sp);
-        for (int32_t t : r.params.prompt) r.sampler->accept(t);
-        r.counts.clear();
-        r.generated = 0;
-        r.logits = r.prompt_logits;
-    }
-
-    // One token of the current request; ends the sample (and maybe the request).
-    void decode_one(Request& r) {
-        std::vector<float> l = r.logits;
-        // OpenAI's penalties on the output so far.
-        for (const auto& [t, c] : r.counts)
-            l[static_cast<size_t>(t)] -=
-                r.params.presence_penalty + r.params.frequency_penalty * static_cast<float>(c);
-        if (r.params.ignore_eos)
-            for (int32_t e : tok.eog_ids())
-                if (e >= 0 && static_cast<size_t>(e) < l.size())
-                    l[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
-        const int32_t id = r.sampler->sample(l);
-        if (r.t_first_ms < 0) r.t_first_ms = ms_since(r.t_submit);
-        if (!r.params.ignore_eos && tok.is_eog(id)) return end_sample(r, FinishReason::Stop);
-        r.sampler->accept(id);
-        ++r.counts[id];
-        ++r.generated;
-        {
-            std::lock_guard<std::mutex> lk(mu);
-            ++st.generated_tokens;
-        }
-        TokenEvent ev;
-        ev.sample = r.sample;
-        ev.token = id;
-        if (r.params.top_logprobs >= 0) {
-            // Log-softmax of the model's distribution (before sampling filters).
-            const float mx = *std::max_element(l.begin(), l.end());
-            double sum = 0;
-            for (float x : l) sum += std::exp(static_cast<double>(x - mx));
-            const float lse = mx + static_cast<float>(std::log(sum));
-            ev.logprob = l[static_cast<size_t>(id)] - lse;
-            std::vector<int32_t> idx(l.size());
-            for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
-            const size_t k =
-                std::min<size_t>(static_cast<size_t>(r.params.top_logprobs), idx.size());
-            std::partial_sort(
-                idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
-                [&](int32_t a, int32_t b) {
-                    return l[static_cast<size_t>(a)] > l[static_cast<size_t>(b)] ||
-                           (l[static_cast<size_t>(a)] == l[static_cast<size_t>(b)] && a < b);
-                });
-            for (size_t i = 0; i < k; ++i)
-                ev.top.emplace_back(idx[i], l[static_cast<size_t>(idx[i])] - lse);
-        }
-        if (r.cb.on_token && !r.cb.on_token(ev)) return end_sample(r, FinishReason::Stop);
-        if (r.params.n_predict >= 0 && r.generated >= r.params.n_predict)
-            return end_sample(r, FinishReason::Length);
-        if (session.n_past() >= session.n_ctx()) return end_sample(r, FinishReason::ContextFull);
-        r.logits = session.eval(std::span<const int32_t>(&id, 1));
-    }
-
-    void end_sample(Request& r, FinishReason why) {
-        if (r.cb.on_finish) r.cb.on_finish(result(r, why));
-        ++r.sample;
-        if (r.sample < r.params.n_samples) {
-            session.truncate(static_cast<int64_t>(r.params.prompt.size()));
-            start_sample(r);
-        } else {
-            retire();
-        }
-    }
-
-    void retire() {
-        session.truncate(0);
-        std::lock_guard<std::mutex> lk(mu);
-        cur.reset();
-        update_pages_locked();
-    }
-
-    bool step() {
-        std::vector<std::unique_ptr<Request>> dropped;  // cancelled while queued
-        bool cancel_cur = false;
-        {
-            std::lock_guard<std::mutex> lk(mu);
-            for (auto it = queue.begin(); it != queue.end();) {
-                if (cancelled.count((*it)->id)) {
-                    cancelled.erase((*it)->id);
-                    dropped.push_back(std::move(*it));
-                    it = queue.erase(it);
-                } else {
-                    ++it;
-                }
-            }
-            if (cur && cancelled.count(cur->id)) {
-                cancelled.erase(cur->id);
-                cancel_cur = true;
-            }
-            cancelled.clear();  // ids no longer queued or running are ignored
-            if (!cur && !cancel_cur && !queue.empty()) {
-                cur = std::move(queue.front());
-                queue.pop_front();
-                cur->t_queue_ms = ms_since(cur->t_submit);
-            }
-            ++st.steps;
-            update_pages_locked();
-        }
-        for (auto& r : dropped) finish_all(*r, FinishReason::Cancelled);
-        if (cancel_cur) {
-            finish_all(*cur, FinishReason::Cancelled);
-            retire();
-            return true;
-        }
-        if (!cur) return !dropped.empty();
-        Request& r = *cur;
+    eog = opt.eog_ids;
+    if (eog.empty()) {
         try {
-            if (r.prompt_logits.empty()) {
-                session.truncate(0);
-                r.prompt_logits = session.eval(r.params.prompt);
-                {
-                    std::lock_guard<std::mutex> lk(mu);
-                    st.prompt_tokens += static_cast<int64_t>(r.params.prompt.size());
-                    st.prefix_lookup_tokens += static_cast<int64_t>(r.params.prompt.size());
-                    update_pages_locked();
-                }
-                start_sample(r);
-            }
-            decode_one(r);
-        } catch (const std::exception& e) {
-            finish_all(r, FinishReason::Error, e.what());
-            retire();
+            eog = tokenizer::Tokenizer::from_gguf(model.file).eog_ids();
+        } catch (const Error&) {
+            // a model without a vocabulary (tests): no end-of-generation token
         }
-        std::lock_guard<std::mutex> lk(mu);
-        update_pages_locked();
-        return true;
     }
-};
+    // The KV pools are committed now (the first plan makes the regions).
+    prepare(1, 1);
+    publish_stats();
+}
+
+Engine::Impl::~Impl() = default;
+
+graph::Graph& Engine::Impl::prepare(int64_t n_tokens, int64_t n_out) {
+    graph::GraphParams params;
+    params.n_tokens = n_tokens;
+    params.n_out = n_out;
+    params.n_seqs = n_tokens;
+    params.kind = static_cast<int>(n_tokens * 65536 + n_out);
+    params.cparams = cparams;
+    graph_used[params.kind] = ++tick;
+    if (graph::Graph* g = cache->try_reuse(params)) return *g;
+    // Keep a bounded set of buckets: evict the least recently used.
+    while (cache->size() >= kMaxGraphs) {
+        auto victim =
+            std::min_element(graph_used.begin(), graph_used.end(),
+                             [&](const auto& a, const auto& b) { return a.second < b.second; });
+        cache->evict(victim->first);
+        plan_bytes.erase(victim->first);
+        graph_used.erase(victim);
+    }
+    model::BuildParams bp;
+    bp.n_tokens = n_tokens;
+    bp.n_out = n_out;
+    bp.n_ctx = cparams.n_ctx;
+    bp.kv_type = cparams.kv_type;
+    bp.kv_page = P;
+    bp.n_seqs = n_tokens;
+    graph::Graph g = model::build_graph(model, bp);
+    graph::assign_backends(g, backends, graph::Placement{});
+    graph::fuse(g, {.qkv = cparams.fuse_qkv, .ffn = cparams.fuse_ffn});
+    graph::Graph& stored = cache->replace(params, std::move(g));
+    plan_bytes[params.kind] = cache->allocator().plan_stats().pool_bytes;
+    ++graphs_built;
+    return stored;
+}
+
+// ---- pages of one sequence ------------------------------------------------
+
+void Engine::Impl::release_pages(Seq& s) {
+    for (size_t i = 0; i < s.pages.size(); ++i) {
+        const int32_t p = s.pages[i];
+        // A prompt page this sequence was still filling: nobody else will
+        // fill it, so it leaves the index (waiters see it and recompute).
+        if (static_cast<int64_t>(i) >= s.n_hit_pages && pool->published(p) && !pool->ready(p))
+            pool->unpublish(p);
+        pool->unref(p);
+    }
+    s.pages.clear();
+    s.n_hit_pages = 0;
+    s.n_done = 0;
+}
+
+bool Engine::Impl::admit(Seq& s) {
+    const auto n_tok = static_cast<int64_t>(s.tokens.size());
+    // Full pages before the last token (the last is always computed: its
+    // logits are the next sample's).
+    const int64_t n_full = (n_tok - 1) / P;
+    std::vector<uint64_t> hashes(static_cast<size_t>(n_full));
+    uint64_t h = opt.prefix_cache ? 0 : 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s.req->id);
+    for (int64_t i = 0; i < n_full; ++i)
+        hashes[static_cast<size_t>(i)] = h = graph::page_hash(h, s.tokens.data() + i * P, P);
+    // Map the longest run of indexed pages whose tokens match.
+    std::vector<int32_t> hit;
+    for (int64_t i = 0; i < n_full; ++i) {
+        const int32_t p = pool->lookup(hashes[static_cast<size_t>(i)]);
+        if (p < 0) break;
+        const auto& pt = page_tokens[static_cast<size_t>(p)];
+        if (!std::equal(pt.begin(), pt.end(), s.tokens.begin() + i * P,
+                        s.tokens.begin() + (i + 1) * P) ||
+            pt.size() != static_cast<size_t>(P))
+            break;
+        hit.push_back(p);
+    }
+    const int64_t need = (n_tok + P - 1) / P - static_cast<int64_t>(hit.size());
+    // Pages the hits take out of the cached list do not count as available.
+    int64_t hit_cached = 0;
+    for (int32_t p : hit)
+        if (pool->refs(p) == 0) ++hit_cached;
+    if (pool->available() - hit_cached < need) return false;
+    for (int32_t p : hit) pool->ref(p);
+    s.pages = hit;
+    s.n_hit_pages = static_cast<int64_t>(hit.size());
+    s.n_done = s.n_hit_pages * P;
+    for (int64_t i = s.n_hit_pages; i < s.n_hit_pages + need; ++i) {
+        const int32_t p = pool->take();
+        MINFER_ASSERT(p >= 0);
+        s.pages.push_back(p);
+        if (i < n_full) {
+            // Indexed at once, not ready: a sequence admitted a moment later
+            // with the same prefix maps it and waits for it.
+            if (pool->publish(p, hashes[static_cast<size_t>(i)]))
+                page_tokens[static_cast<size_t>(p)].assign(s.tokens.begin() + i * P,
+                                                           s.tokens.begin() + (i + 1) * P);
+        }
+    }
+    if (!s.ever_admitted) {
+        s.cached_tokens = s.n_done;
+        s.t_admit = Clock::now();
+        stats.prefix_hit_tokens += s.n_done;
+        stats.prefix_lookup_tokens += n_full * P;
+        s.ever_admitted = true;
+    }
+    s.admit_order = ++admit_counter;
+    s.state = Seq::State::Running;
+    return true;
+}
+
+// A running sequence that still waits for shared pages: true while one of
+// them is not ready. A page its filler gave up on (unindexed, not ready) is
+// dropped with every page after it and recomputed by this sequence.
+bool Engine::Impl::blocked(Seq& s) {
+    for (int64_t i = 0; i < s.n_hit_pages; ++i) {
+        const int32_t p = s.pages[static_cast<size_t>(i)];
+        if (pool->ready(p)) continue;
+        if (pool->published(p)) return true;
+        // Orphaned: recompute from page i on, in fresh pages.
+        const auto n_keep = static_cast<size_t>(i);
+        for (size_t j = n_keep; j < s.pages.size(); ++j) pool->unref(s.pages[j]);
+        const int64_t n_more = static_cast<int64_t>(s.pages.size() - n_keep);
+        s.pages.resize(n_keep);
+        s.n_hit_pages = i;
+        s.n_done = i * P;
+        s.cached_tokens = std::min(s.cached_tokens, s.n_done);
+        for (int64_t j = 0; j < n_more; ++j) {
+            const int32_t np = pool->take();
+            if (np < 0) {
+                preempt(s);
+                return true;
+            }
+            s.pages.push_back(np);
+        }
+        return false;
+    }
+    return false;
+}
+
+void Engine::Impl::preempt(Seq& s) {
+    release_pages(s);
+    s.state = Seq::State::Queued;
+    s.admit_order = 0;
+    ++stats.preemptions;
+}
+
+// ---- finishing --------------------------------------------------------------
+
+void Engine::Impl::finish(Seq& s, FinishReason reason, std::string error) {
+    if (s.state == Seq::State::Finished) return;
+    release_pages(s);
+    s.state = Seq::State::Finished;
+    RequestResult r;
+    r.sample = s.sample;
+    r.reason = reason;
+    r.error = std::move(error);
+    r.prompt_tokens = static_cast<int64_t>(s.req->params.prompt.size());
+    r.cached_tokens = s.cached_tokens;
+    r.generated = s.generated;
+    const auto t_submit = s.req->t_submit;
+    r.t_queue_ms = s.ever_admitted
+                       ? std::chrono::duration<double, std::milli>(s.t_admit - t_submit).count()
+                       : ms_since(t_submit);
+    r.t_first_token_ms =
+        s.generated > 0 ? std::chrono::duration<double, std::milli>(s.t_first - t_submit).count()
+                        : 0.0;
+    r.t_total_ms = ms_since(t_submit);
+    finished.push_back({s.req, r});
+}
+
+void Engine::Impl::deliver_finished() {
+    for (auto& [req, r] : finished)
+        if (req->callbacks.on_finish) req->callbacks.on_finish(r);
+    finished.clear();
+}
+
+void Engine::Impl::apply_cancels(const std::vector<RequestId>& ids) {
+    for (RequestId id : ids)
+        for (auto& s : seqs)
+            if (s->req->id == id) finish(*s, FinishReason::Cancelled);
+    retire();
+}
+
+void Engine::Impl::retire() {
+    seqs.erase(std::remove_if(seqs.begin(), seqs.end(),
+                              [](const auto& s) { return s->state == Seq::State::Finished; }),
+               seqs.end());
+}
+
+// ---- sampling ---------------------------------------------------------------
+
+// Returns false when the sequence finished.
+bool Engine::Impl::sample(Seq& s, const float* logits) {
+    const GenParams& gp = s.req->params;
+    const auto n_vocab = static_cast<size_t>(model.hp.n_vocab);
+    row.assign(logits, logits + n_vocab);
+    if (gp.presence_penalty != 0.0f || gp.frequency_penalty != 0.0f)
+        for (const auto& [tok, count] : s.out_counts)
+            row[static_cast<size_t>(tok)] -=
+                gp.presence_penalty + gp.frequency_penalty * static_cast<float>(count);
+    const int32_t tok = s.sampler->sample(row);
+    s.sampler->accept(tok);
+    ++s.out_counts[tok];
+    if (s.generated == 0) s.t_first = Clock::now();
+    ++s.generated;
+    ++stats.generated_tokens;
+
+    if (!gp.ignore_eos && std::find(eog.begin(), eog.end(), tok) != eog.end()) {
+        finish(s, FinishReason::Stop);
+        return false;
+    }
+    TokenEvent ev;
+    ev.sample = s.sample;
+    ev.token = tok;
+    if (gp.top_logprobs >= 0) {
+        // log-softmax of the model's logits (before penalties), in double
+        double mx = logits[0];
+        for (size_t i = 1; i < n_vocab; ++i) mx = std::max<double>(mx, logits[i]);
+        double sum = 0;
+        for (size_t i = 0; i < n_vocab; ++i) sum += std::exp(double{logits[i]} - mx);
+        const double lse = mx + std::log(sum);
+        ev.logprob = static_cast<float>(logits[tok] - lse);
+        const auto n_top = static_cast<size_t>(std::min<int32_t>(gp.top_logprobs, 20));
+        std::vector<int32_t> ids(n_vocab);
+        for (size_t i = 0; i < n_vocab; ++i) ids[i] = static_cast<int32_t>(i);
+        std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n_top), ids.end(),
+                          [&](int32_t a, int32_t b) {
+                              return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                          });
+        for (size_t i = 0; i < n_top; ++i)
+            ev.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - lse));
+    }
+    if (s.req->callbacks.on_token && !s.req->callbacks.on_token(ev)) {
+        finish(s, FinishReason::Stop);
+        return false;
+    }
+    if (gp.n_predict >= 0 && s.generated >= gp.n_predict) {
+        finish(s, FinishReason::Length);
+        return false;
+    }
+    s.tokens.push_back(tok);
+    if (static_cast<int64_t>(s.tokens.size()) > opt.n_ctx) {
+        finish(s, FinishReason::ContextFull);
+        return false;
+    }
+    return true;
+}
+
+// ---- one step ------------------------------------------------------------------
+
+bool Engine::Impl::step() {
+    std::vector<std::shared_ptr<Request>> fresh;
+    std::vector<RequestId> cancel_ids;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        fresh.swap(incoming);
+        cancel_ids.swap(cancels);
+    }
+    bool did = !finished.empty() || !fresh.empty();
+    deliver_finished();
+    for (auto& req : fresh) {
+        for (int32_t k = 0; k < req->params.n_samples; ++k) {
+            auto s = std::make_unique<Seq>();
+            s->req = req;
+            s->sample = k;
+            s->tokens = req->params.prompt;
+            SamplerParams sp = req->params.sampling;
+            sp.seed += static_cast<uint64_t>(k);
+            s->sampler = std::make_unique<Sampler>(sp);
+            for (int32_t t : s->tokens) s->sampler->accept(t);
+            stats.prompt_tokens += static_cast<int64_t>(s->tokens.size());
+            seqs.push_back(std::move(s));
+        }
+    }
+    if (!cancel_ids.empty()) {
+        apply_cancels(cancel_ids);
+        did = true;
+    }
+
+    // Admit in order (preempted sequences were put first), while fewer than
+    // n_parallel run and their pages fit; the first that does not fit waits
+    // and so do all after it (no overtaking).
+    int64_t running = 0;
+    for (auto& s : seqs) running += s->state == Seq::State::Running;
+    std::stable_sort(seqs.begin(), seqs.end(), [](const auto& a, const auto& b) {
+        // running first, by admission; then queued: preempted (admitted
+        // before) first, then by arrival
+        auto key = [](const Seq& s) {
+            return std::make_pair(s.state == Seq::State::Running ? 0
+                                  : s.ever_admitted              ? 1
+                                                                 : 2,
+                                  s.state == Seq::State::Running ? s.admit_order : 0);
+        };
+        return key(*a) < key(*b);
+    });
+    for (auto& s : seqs) {
+        if (s->state != Seq::State::Queued) continue;
+        if (running >= opt.n_parallel) break;
+        if (!admit(*s)) {
+            if (running == 0) {
+                // Even an empty cache cannot hold it (pages held by nobody
+                // are all available): it can never run.
+                finish(*s, FinishReason::ContextFull, "");
+                continue;
+            }
+            break;
+        }
+        ++running;
+    }
+
+    // Grow: a decoding sequence whose next cell starts a page needs one.
+    // When the pool is empty, preempt the most recently admitted running
+    // sequence (its pages back, recomputed later), possibly itself.
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        Seq& s = *seqs[i];
+        if (s.state != Seq::State::Running) continue;
+        while (s.state == Seq::State::Running &&
+               static_cast<int64_t>(s.pages.size()) * P < static_cast<int64_t>(s.tokens.size())) {
+            const int32_t p = pool->take();
+            if (p >= 0) {
+                s.pages.push_back(p);
+                break;
+            }
+            Seq* victim = nullptr;
+            for (auto& o : seqs)
+                if (o->state == Seq::State::Running &&
+                    (!victim || o->admit_order > victim->admit_order))
+                    victim = o.get();
+            preempt(*victim);
+        }
+    }
+
+    // Pack: decode tokens first (one per sequence), then prompt chunks.
+    struct Work {
+        Seq* seq;
+        int64_t from, n;
+    };
+    std::vector<Work> work;
+    int64_t n_real = 0, n_decode = 0;
+    bool hold_decode = false;
+    if (opt.prefill_first)
+        for (auto& s : seqs)
+            if (s->state == Seq::State::Running &&
+                (static_cast<int64_t>(s->tokens.size()) - s->n_done > 1 || blocked(*s)))
+                hold_decode = true;
+    for (int pass = hold_decode ? 1 : 0; pass < 2; ++pass) {
+        for (auto& s : seqs) {
+            if (s->state != Seq::State::Running || n_real >= opt.n_batch) continue;
+            if (blocked(*s) || s->state != Seq::State::Running) continue;
+            const int64_t left = static_cast<int64_t>(s->tokens.size()) - s->n_done;
+            if ((left == 1) != (pass == 0)) continue;
+            const int64_t n = std::min(left, opt.n_batch - n_real);
+            work.push_back({s.get(), s->n_done, n});
+            n_real += n;
+            if (pass == 0) ++n_decode;
+        }
+    }
+    if (work.empty()) {
+        retire();
+        did |= !finished.empty();
+        deliver_finished();
+        publish_stats();
+        return did;
+    }
+    // Bucket: pad up to the next bucket, unless prompt tokens can be cut to
+    // the bucket below with less waste than the padding.
+    int64_t n_tok = bucket_up(n_real, opt.n_batch);
+    if (n_tok > n_real && n_real > n_decode) {
+        const int64_t down = bucket_down(n_real);
+        if ((n_tok - n_real) * 8 > n_real && down >= n_decode + 1) {
+            int64_t cut = n_real - down;
+            for (auto it = work.rbegin(); it != work.rend() && cut > 0; ++it) {
+                if (it->n == 1 && it->from + 1 == static_cast<int64_t>(it->seq->tokens.size()))
+                    continue;  // a decode token
+                const int64_t c = std::min(cut, it->n);
+                it->n -= c;
+                cut -= c;
+            }
+            work.erase(
+                std::remove_if(work.begin(), work.end(), [](const Work& w) { return w.n == 0; }),
+                work.end());
+            n_real = down;
+            n_tok = down;
+        }
+    }
+
+    // Inputs. Each sequence of the pass gets a page-table row; padding
+    // tokens use one more row that maps the trash page and store nothing.
+    const int64_t per_seq = cparams.n_ctx / P;
+    tok_ids.assign(static_cast<size_t>(n_tok), 0);
+    positions.assign(static_cast<size_t>(n_tok), 0);
+    cells.assign(static_cast<size_t>(n_tok), -1);
+    rows.assign(static_cast<size_t>(n_tok), 0);
+    page_rows.assign(static_cast<size_t>(n_tok * per_seq), trash_page);
+    std::vector<std::pair<Seq*, int64_t>> want;  // (sequence, token index in the pass)
+    int64_t t = 0, r = 0;
+    for (const Work& w : work) {
+        Seq& s = *w.seq;
+        std::copy(s.pages.begin(), s.pages.end(), page_rows.begin() + r * per_seq);
+        for (int64_t i = 0; i < w.n; ++i, ++t) {
+            const int64_t p = w.from + i;
+            tok_ids[static_cast<size_t>(t)] = s.tokens[static_cast<size_t>(p)];
+            positions[static_cast<size_t>(t)] = static_cast<int32_t>(p);
+            cells[static_cast<size_t>(t)] = s.pages[static_cast<size_t>(p / P)] * P + p % P;
+            rows[static_cast<size_t>(t)] = static_cast<int32_t>(r);
+        }
+        if (w.from + w.n == static_cast<int64_t>(s.tokens.size())) want.emplace_back(&s, t - 1);
+        ++r;
+    }
+    for (; t < n_tok; ++t) rows[static_cast<size_t>(t)] = static_cast<int32_t>(r);
+    const int64_t n_want = std::max<int64_t>(1, static_cast<int64_t>(want.size()));
+    // Logits rows: a power of two (fewer graph shapes), the wanted rows first.
+    int64_t n_out = 1;
+    while (n_out < n_want) n_out *= 2;
+    n_out = std::min(n_out, n_tok);
+
+    graph::Graph& g = prepare(n_tok, n_out);
+    graph::GraphAllocator& alloc = cache->allocator();
+    alloc.fill_input(g, "token_ids", tok_ids);
+    alloc.fill_input(g, "positions", positions);
+    alloc.fill_input(g, "kv_cells", cells);
+    alloc.fill_input(g, "kv_rows", rows);
+    alloc.fill_input(g, "kv_pages", page_rows);
+    if (n_out < n_tok) {
+        tail.assign(static_cast<size_t>(n_out),
+                    want.empty() ? 0 : static_cast<int32_t>(want.back().second));
+        for (size_t i = 0; i < want.size(); ++i) tail[i] = static_cast<int32_t>(want[i].second);
+        alloc.fill_input(g, "tail_ids", tail);
+    }
+    scheduler.execute(g, alloc);
+    ++stats.steps;
+
+    // KV written: advance, mark filled prompt pages ready.
+    for (const Work& w : work) {
+        Seq& s = *w.seq;
+        s.n_done = w.from + w.n;
+        for (int64_t i = s.n_hit_pages; i < s.n_done / P; ++i) {
+            const int32_t p = s.pages[static_cast<size_t>(i)];
+            if (pool->published(p) && !pool->ready(p)) pool->mark_ready(p);
+        }
+    }
+    // Sample.
+    const graph::NodeId out_id = g.outputs.at(0);
+    const backend::BufRef ref = *alloc.node_buffer(out_id);
+    const auto n_vocab = static_cast<size_t>(model.hp.n_vocab);
+    logits_row.resize(n_vocab);
+    for (size_t i = 0; i < want.size(); ++i) {
+        Seq& s = *want[i].first;
+        const size_t out_row = n_out == n_tok ? static_cast<size_t>(want[i].second) : i;
+        backend::BufRef row_ref = ref;
+        row_ref.offset += out_row * n_vocab * sizeof(float);
+        row_ref.len = n_vocab * sizeof(float);
+        alloc.backend(ref.backend).read_host(row_ref, logits_row.data(), row_ref.len);
+        if (logits_hook) logits_hook(s.req->id, s.sample, s.n_done - 1, logits_row);
+        sample(s, logits_row.data());
+    }
+    retire();
+    deliver_finished();
+    publish_stats();
+    return true;
+}
+
+void Engine::Impl::publish_stats() {
+    std::lock_guard<std::mutex> lk(mu);
+    stats.running = 0;
+    stats.waiting = static_cast<int64_t>(incoming.size());
+    for (auto& s : seqs) {
+        if (s->state == Seq::State::Running)
+            ++stats.running;
+        else
+            ++stats.waiting;
+    }
+    stats.pages_total = n_pages;
+    stats.pages_used = pool->n_used();
+    stats.pages_cached = pool->n_cached();
+    stats.pages_free = pool->n_free();
+    stats.page_cells = P;
+    stats.graphs_built = graphs_built;
+    size_t act = 0;
+    for (const auto& [k, b] : plan_bytes) act += b;
+    stats.activation_bytes = act;
+    snapshot = stats;
+    finished_pending = static_cast<int64_t>(finished.size());
+}
+
+void Engine::Impl::check_pages() const {
+    std::vector<int32_t> holders(static_cast<size_t>(n_pages), 0);
+    for (const auto& s : seqs) {
+        if (s->state != Seq::State::Running && !s->pages.empty())
+            throw Error("KV pages: a sequence that is not running holds pages");
+        if (s->state == Seq::State::Running &&
+            static_cast<int64_t>(s->pages.size()) * P < s->n_done)
+            throw Error("KV pages: a sequence has computed cells outside its pages");
+        std::vector<int32_t> mine = s->pages;
+        std::sort(mine.begin(), mine.end());
+        if (std::adjacent_find(mine.begin(), mine.end()) != mine.end())
+            throw Error("KV pages: a sequence maps one page twice");
+        for (int32_t p : s->pages) ++holders.at(static_cast<size_t>(p));
+    }
+    pool->check(&holders);
+    // A page written by a sequence (past its shared prefix) has that one holder.
+    for (const auto& s : seqs)
+        for (size_t i = static_cast<size_t>(s->n_hit_pages); i < s->pages.size(); ++i) {
+            const int32_t p = s->pages[i];
+            if (!pool->published(p) && pool->refs(p) != 1)
+                throw Error("KV pages: page " + std::to_string(p) +
+                            " is written by one sequence but held by " +
+                            std::to_string(pool->refs(p)));
+        }
+}
+
+// ---- the public face -------------------------------------------------------
 
 Engine::Engine(const model::Model& model, EngineOptions options)
     : impl_(std::make_unique<Impl>(model, options)) {}
-Engine::~Engine() = default;
+
+Engine::~Engine() {
+    // Shutdown: every unfinished sample ends Cancelled.
+    for (auto& s : impl_->seqs) impl_->finish(*s, FinishReason::Cancelled);
+    {
+        std::lock_guard<std::mutex> lk(impl_->mu);
+        for (auto& req : impl_->incoming)
+            for (int32_t k = 0; k < req->params.n_samples; ++k) {
+                RequestResult r;
+                r.sample = k;
+                r.reason = FinishReason::Cancelled;
+                r.prompt_tokens = static_cast<int64_t>(req->params.prompt.size());
+                impl_->finished.push_back({req, r});
+            }
+        impl_->incoming.clear();
+    }
+    impl_->deliver_finished();
+}
 
 RequestId Engine::submit(GenParams params, RequestCallbacks callbacks) {
-    auto& I = *impl_;
-    if (params.prompt.empty()) throw Error("the prompt is empty");
+    Impl& im = *impl_;
     const int64_t n_prompt = static_cast<int64_t>(params.prompt.size());
-    if (n_prompt + 1 > I.options.n_ctx)
-        throw Error("the prompt has " + std::to_string(n_prompt) + " tokens; the context holds " +
-                    std::to_string(I.options.n_ctx) + " (prompt + 1 generated token must fit)");
+    if (n_prompt == 0) throw Error("the prompt is empty");
+    if (n_prompt + 1 > im.opt.n_ctx)
+        throw Error("the prompt has " + std::to_string(n_prompt) +
+                    " tokens; with one generated token that exceeds the context of " +
+                    std::to_string(im.opt.n_ctx) + " cells");
     for (int32_t t : params.prompt)
-        if (t < 0 || t >= I.model.hp.n_vocab)
-            throw Error("token id " + std::to_string(t) + " is out of range [0, " +
-                        std::to_string(I.model.hp.n_vocab) + ")");
-    if (params.n_samples < 1 || params.n_samples > I.options.n_parallel)
-        throw Error("n_samples " + std::to_string(params.n_samples) + " must be in [1, " +
-                    std::to_string(I.options.n_parallel) + "]");
-    if (params.top_logprobs > 20) throw Error("top_logprobs must be <= 20");
-    auto r = std::make_unique<Impl::Request>();
-    r->params = std::move(params);
-    r->cb = std::move(callbacks);
-    r->t_submit = Clock::now();
-    RequestId id;
+        if (t < 0 || t >= im.model.hp.n_vocab)
+            throw Error("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                        std::to_string(im.model.hp.n_vocab - 1) + ")");
+    if (params.n_samples < 1 || params.n_samples > im.opt.n_parallel)
+        throw Error("n_samples = " + std::to_string(params.n_samples) +
+                    " must be between 1 and the parallel sequences (" +
+                    std::to_string(im.opt.n_parallel) + ")");
+    if (params.top_logprobs > 20) throw Error("top_logprobs is limited to 20");
+    auto req = std::make_shared<Impl::Request>();
+    req->params = std::move(params);
+    req->callbacks = std::move(callbacks);
+    req->t_submit = Clock::now();
     {
-        std::lock_guard<std::mutex> lk(I.mu);
-        id = r->id = I.next_id++;
-        I.queue.push_back(std::move(r));
-        I.st.waiting = static_cast<int64_t>(I.queue.size());
+        std::lock_guard<std::mutex> lk(im.mu);
+        req->id = im.next_id++;
+        im.incoming.push_back(req);
     }
-    I.cv.notify_all();
-    return id;
+    im.cv.notify_all();
+    return req->id;
 }
 
 void Engine::cancel(RequestId id) {
+    Impl& im = *impl_;
+    // Between steps (the step lock is free): the pages are freed at once;
+    // the callbacks still run on the step thread, at the next step().
+    // From a callback on the step thread: the step ends it.
+    std::unique_lock<std::mutex> step_lk(im.step_mu, std::defer_lock);
+    if (im.stepping_thread.load() != std::this_thread::get_id()) step_lk.try_lock();
     {
-        std::lock_guard<std::mutex> lk(impl_->mu);
-        impl_->cancelled.insert(id);
+        std::lock_guard<std::mutex> lk(im.mu);
+        // Not admitted yet: drop it from the queue.
+        for (auto it = im.incoming.begin(); it != im.incoming.end(); ++it)
+            if ((*it)->id == id) {
+                for (int32_t k = 0; k < (*it)->params.n_samples; ++k) {
+                    RequestResult r;
+                    r.sample = k;
+                    r.reason = FinishReason::Cancelled;
+                    r.prompt_tokens = static_cast<int64_t>((*it)->params.prompt.size());
+                    im.cancelled_queued.push_back({*it, r});
+                }
+                im.incoming.erase(it);
+                break;
+            }
+        if (!step_lk.owns_lock()) im.cancels.push_back(id);
     }
-    impl_->cv.notify_all();
+    if (step_lk.owns_lock()) {
+        im.apply_cancels({id});
+        im.publish_stats();
+    }
+    im.cv.notify_all();
 }
 
 bool Engine::step() {
-    return impl_->step();
+    Impl& im = *impl_;
+    std::lock_guard<std::mutex> step_lk(im.step_mu);
+    im.stepping_thread = std::this_thread::get_id();
+    struct Clear {
+        std::atomic<std::thread::id>& t;
+        ~Clear() { t = std::thread::id(); }
+    } clear{im.stepping_thread};
+    {
+        std::lock_guard<std::mutex> lk(im.mu);
+        for (auto& f : im.cancelled_queued) im.finished.push_back(std::move(f));
+        im.cancelled_queued.clear();
+    }
+    bool did = im.step();
+    // Cancels that arrived during the step: freed now, reported next step.
+    std::vector<RequestId> late;
+    {
+        std::lock_guard<std::mutex> lk(im.mu);
+        late.swap(im.cancels);
+    }
+    if (!late.empty()) {
+        im.apply_cancels(late);
+        im.deliver_finished();
+        im.publish_stats();
+        did = true;
+    }
+    return did;
 }
 
 void Engine::wait_for_work(int ms) {
-    std::unique_lock<std::mutex> lk(impl_->mu);
-    impl_->cv.wait_for(lk, std::chrono::milliseconds(ms), [&] {
-        return !impl_->queue.empty() || !impl_->cancelled.empty() || impl_->cur;
+    Impl& im = *impl_;
+    std::unique_lock<std::mutex> lk(im.mu);
+    im.cv.wait_for(lk, std::chrono::milliseconds(ms), [&] {
+        return !im.incoming.empty() || !im.cancels.empty() || !im.cancelled_queued.empty() ||
+               im.finished_pending > 0;
     });
 }
 
 bool Engine::idle() const {
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    return impl_->queue.empty() && !impl_->cur;
+    const Impl& im = *impl_;
+    std::lock_guard<std::mutex> lk(im.mu);
+    return im.incoming.empty() && im.cancelled_queued.empty() && im.cancels.empty() &&
+           im.snapshot.running == 0 && im.snapshot.waiting == 0 && im.finished_pending == 0;
 }
 
 EngineStats Engine::stats() const {
     std::lock_guard<std::mutex> lk(impl_->mu);
-    return impl_->st;
+    return impl_->snapshot;
 }
+
+std::vector<KvPageInfo> Engine::kv_pages() const {
+    Impl& im = *impl_;
+    std::lock_guard<std::mutex> step_lk(im.step_mu);
+    std::vector<KvPageInfo> out(static_cast<size_t>(im.n_pages));
+    for (int32_t p = 0; p < im.n_pages; ++p) {
+        auto& info = out[static_cast<size_t>(p)];
+        info.state = im.pool->refs(p) > 0    ? KvPageInfo::State::Used
+                     : im.pool->published(p) ? KvPageInfo::State::Cached
+                                             : KvPageInfo::State::Free;
+    }
+    for (const auto& s : im.seqs)
+        for (int32_t p : s->pages)
+            out[static_cast<size_t>(p)].holders.emplace_back(s->req->id, s->sample);
+    return out;
+}
+
+std::string Engine::kv_page_map() const {
+    const std::vector<KvPageInfo> pages = kv_pages();
+    std::map<std::pair<RequestId, int32_t>, char> letter;
+    std::string out;
+    int64_t used = 0, shared = 0, cached = 0, free = 0;
+    for (size_t p = 0; p < pages.size(); ++p) {
+        const auto& info = pages[p];
+        char c = '.';
+        if (info.state == KvPageInfo::State::Cached) {
+            c = '-';
+            ++cached;
+        } else if (info.state == KvPageInfo::State::Used) {
+            ++used;
+            if (info.holders.size() > 1) {
+                c = '#';
+                ++shared;
+            } else if (!info.holders.empty()) {
+                auto [it, fresh] =
+                    letter.emplace(info.holders[0], static_cast<char>('a' + letter.size() % 26));
+                c = it->second;
+            }
+        } else {
+            ++free;
+        }
+        out += c;
+        if (p % 64 == 63) out += '\n';
+    }
+    if (!out.empty() && out.back() != '\n') out += '\n';
+    return "KV pages (" + std::to_string(pages.size()) + " x " +
+           std::to_string(graph::kKvPageCells) + " cells): " + std::to_string(used) + " used (" +
+           std::to_string(shared) + " shared, #), " + std::to_string(cached) + " cached (-), " +
+           std::to_string(free) + " free (.); a..z: the sequence holding the page\n" + out;
+}
+
 const model::Model& Engine::model() const {
     return impl_->model;
 }
 const EngineOptions& Engine::options() const {
-    return impl_->options;
+    return impl_->opt;
 }
 
 }  // namespace minfer::runtime

@@ -37,8 +37,15 @@ struct EngineOptions {
     tensor::DType kv_type_k = tensor::DType::F16;
     tensor::DType kv_type_v = tensor::DType::F16;
     bool prefix_cache = true;  // share full pages of identical prompt prefixes
+    // Hold every decode token while an admitted sequence still has prompt
+    // tokens to compute (batched-bench's two phases); off: decode tokens
+    // always go first.
+    bool prefill_first = false;
     graph::FuseOptions fuse = graph::fuse_options_from_env();
     graph::Planner planner = graph::planner_from_env();
+    // End-of-generation tokens; empty: the model file's tokenizer's (none
+    // when the file has no vocabulary).
+    std::vector<int32_t> eog_ids;
 };
 
 struct GenParams {
@@ -97,6 +104,13 @@ struct EngineStats {
     size_t activation_bytes = 0;  // activation memory held (all plans)
 };
 
+// One page of the KV cache, for reports: its state and who holds it.
+struct KvPageInfo {
+    enum class State : uint8_t { Free, Cached, Used };
+    State state = State::Free;
+    std::vector<std::pair<RequestId, int32_t>> holders;  // (request, sample); > 1: shared
+};
+
 class Engine {
   public:
     Engine(const model::Model& model, EngineOptions options);
@@ -120,6 +134,11 @@ class Engine {
     bool idle() const;
 
     EngineStats stats() const;
+    // Every page of the KV cache (waits for a running step to end).
+    std::vector<KvPageInfo> kv_pages() const;
+    // The page map as text, one character a page ('.' free, '-' cached,
+    // 'a'..'z' the holding sequence, '#' shared by several), 64 a line.
+    std::string kv_page_map() const;
     const model::Model& model() const;
     const EngineOptions& options() const;
 

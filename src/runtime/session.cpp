@@ -10,6 +10,7 @@
 #include "backend/cpu/quant_dot.h"
 #include "backend/queue/queue_backend.h"
 #include "graph/cache.h"
+#include "graph/kv_pages.h"
 #include "graph/scheduler.h"
 #include "model/build.h"
 #include "runtime/session_impl.h"
@@ -39,7 +40,10 @@ Session::Impl::Impl(const model::Model& model, const SessionOptions& o) : model(
         backends.push_back(queue.get());
     }
     cache = std::make_unique<graph::GraphCache>(backends, o.planner);
-    cparams.n_ctx = o.n_ctx;
+    // The KV regions are pools of pages (graph/kv_pages.h); this session's
+    // one sequence holds pages 0, 1, 2, ... in order (page table = identity).
+    cparams.kv_page = graph::kKvPageCells;
+    cparams.n_ctx = (o.n_ctx + graph::kKvPageCells - 1) / graph::kKvPageCells * graph::kKvPageCells;
     cparams.fuse_qkv = o.fuse.qkv;
     cparams.fuse_ffn = o.fuse.ffn;
     cparams.kv_type = o.kv_type;
@@ -48,6 +52,8 @@ Session::Impl::Impl(const model::Model& model, const SessionOptions& o) : model(
         for (int32_t l = o.queue_first_layer; l < o.queue_end_layer; ++l)
             cparams.layer_backend[static_cast<size_t>(l)] = 1;
     }
+    page_table.resize(static_cast<size_t>(cparams.n_ctx / cparams.kv_page));
+    for (size_t i = 0; i < page_table.size(); ++i) page_table[i] = static_cast<int32_t>(i);
     placement.first_layer = o.queue_first_layer;
     placement.end_layer = o.queue_end_layer;
     placement.backend = 1;
@@ -71,6 +77,8 @@ graph::Graph& Session::Impl::prepare(int64_t n_tokens, int64_t n_out, bool* rebu
     bp.n_out = n_out;
     bp.n_ctx = cparams.n_ctx;
     bp.kv_type = cparams.kv_type;
+    bp.kv_page = cparams.kv_page;
+    bp.n_seqs = 1;
     graph::Graph g = model::build_graph(model, bp);
     graph::assign_backends(g, backends, placement);
     graph::fuse(g, {.qkv = cparams.fuse_qkv, .ffn = cparams.fuse_ffn});
@@ -103,7 +111,7 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
                         std::to_string(n_vocab - 1) + ")");
 
     std::vector<float> out(static_cast<size_t>((all_logits ? n_total : 1) * n_vocab));
-    std::vector<int32_t> positions, tail;
+    std::vector<int32_t> positions, tail, rows;
     for (int64_t done = 0; done < n_total;) {
         const int64_t n = std::min(options_.n_batch, n_total - done);
         const bool last_pass = done + n == n_total;
@@ -119,6 +127,10 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
         alloc.fill_input(g, "token_ids",
                          tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)));
         alloc.fill_input(g, "positions", positions);
+        alloc.fill_input(g, "kv_cells", positions);  // cell = position: identity pages
+        rows.assign(static_cast<size_t>(n), 0);
+        alloc.fill_input(g, "kv_rows", rows);
+        alloc.fill_input(g, "kv_pages", impl_->page_table);
         if (n_out < n) {
             tail.resize(static_cast<size_t>(n_out));
             for (int64_t i = 0; i < n_out; ++i)

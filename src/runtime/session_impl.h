@@ -37,6 +37,7 @@ struct Session::Impl {
     graph::Scheduler scheduler;
     graph::CParams cparams;
     graph::Placement placement;
+    std::vector<int32_t> page_table;  // [n_ctx / kv_page]: the one sequence's pages, in order
 
     // Observers for the reports (memory report, graph dump, trace, visual
     // page): called after every forward pass, once its graph has executed

@@ -17,10 +17,9 @@
 
 namespace minfer::cpu {
 
-size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd, bool f16) {
+size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd) {
     const int64_t lanes = (rows + 15) / 16 * 16, n_kv_pad = (n_kv_max + 3) / 4 * 4;
-    return static_cast<size_t>(lanes * hd + n_kv_pad * lanes + lanes +
-                               (f16 ? 2 * n_kv_pad * hd : 0));
+    return static_cast<size_t>(lanes * hd + n_kv_pad * lanes + lanes + 2 * n_kv_pad * hd);
 }
 
 #ifdef MINFER_ATTN_X86
@@ -149,13 +148,25 @@ constexpr std::array<PvFn, kMaxVecs> pv_table(std::integer_sequence<int, NVs...>
 }
 constexpr auto kPv = pv_table(std::make_integer_sequence<int, kMaxVecs>{});
 
+// n rows of one contiguous run of cells (element offset `first` of the
+// region bases, rows of kv_row elements) as floats: hd elements each into
+// kf / vf.
+MINFER_AVX512 void gather_rows(bool f16, const void* k, const void* v, int64_t first,
+                               int64_t kv_row, int64_t n, int64_t hd, float* kf, float* vf) {
+    for (int64_t j = 0; j < n; ++j)
+        for (int64_t d = 0; d < hd; d += 16) {
+            _mm512_storeu_ps(kf + j * hd + d, load16(f16, k, first + j * kv_row + d));
+            _mm512_storeu_ps(vf + j * hd + d, load16(f16, v, first + j * kv_row + d));
+        }
+}
+
 MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
     const int64_t hd = a.hd, rows = a.n_tokens * a.group, nrv = (rows + 15) / 16;
     int64_t n_kv_max = 0;
     for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
     const int64_t n_kv_pad = (n_kv_max + kKeysPerStep - 1) / kKeysPerStep * kKeysPerStep;
     // scratch: q^T [nrv][hd][16] | scores [n_kv_pad][nrv * 16] | row n_kv [nrv * 16]
-    // | with f16: K and V rows as floats [n_kv_pad][hd] each
+    // | K and V rows as floats [n_kv_pad][hd] each
     float* qt = scratch;
     float* st = qt + nrv * hd * 16;
     const int64_t st_stride = nrv * 16;
@@ -176,25 +187,28 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
             qt[((r / 16) * hd + d) * 16 + r % 16] = x;
         }
     }
-    // K and V rows as floats (an f16 cache is converted once per call).
-    const float* kr = static_cast<const float*>(a.k) + a.off;
-    const float* vr = static_cast<const float*>(a.v) + a.off;
-    int64_t k_stride = a.kv_row;
-    if (a.f16) {
-        const auto* k16 = static_cast<const uint16_t*>(a.k) + a.off;
-        const auto* v16 = static_cast<const uint16_t*>(a.v) + a.off;
-        for (int64_t j = 0; j < n_kv_pad; ++j)
-            for (int64_t d = 0; d < hd; d += 16) {
-                const bool in = j < n_kv_max;
-                _mm512_storeu_ps(kf + j * hd + d,
-                                 in ? load16(true, k16, j * a.kv_row + d) : _mm512_setzero_ps());
-                _mm512_storeu_ps(vf + j * hd + d,
-                                 in ? load16(true, v16, j * a.kv_row + d) : _mm512_setzero_ps());
-            }
-        kr = kf;
-        vr = vf;
-        k_stride = hd;
+    // K and V rows as floats, gathered page by page (each page a contiguous
+    // run of cells; an f16 cache is converted once per call). Rows past
+    // n_kv_max are zero (read only by the masked key steps).
+    for (int64_t j0 = 0; j0 < n_kv_max;) {
+        int64_t cell = j0, run = n_kv_max - j0;
+        if (a.pages) {
+            const int64_t in_page = j0 % a.page_cells;
+            cell = int64_t{a.pages[j0 / a.page_cells]} * a.page_cells + in_page;
+            run = std::min(run, a.page_cells - in_page);
+        }
+        gather_rows(a.f16, a.k, a.v, cell * a.kv_row + a.off, a.kv_row, run, hd, kf + j0 * hd,
+                    vf + j0 * hd);
+        j0 += run;
     }
+    for (int64_t j = n_kv_max; j < n_kv_pad; ++j)
+        for (int64_t d = 0; d < hd; d += 16) {
+            _mm512_storeu_ps(kf + j * hd + d, _mm512_setzero_ps());
+            _mm512_storeu_ps(vf + j * hd + d, _mm512_setzero_ps());
+        }
+    const float* kr = kf;
+    const float* vr = vf;
+    const int64_t k_stride = hd;
     const __m512 vscale = _mm512_set1_ps(a.scale), ninf = _mm512_set1_ps(-INFINITY);
     for (int64_t rv = 0; rv < nrv; ++rv) {
         const float* q = qt + rv * hd * 16;

@@ -19,11 +19,18 @@ bool attn_simd_supported(int64_t hd);
 void attn_head_simd(bool f16, const float* q, const void* k, const void* v, int64_t kv_row,
                     int64_t off, int64_t n_kv, int64_t hd, float scale, float* s, float* o);
 
-// Several tokens of a prompt chunk against one KV head: rows are (token i,
+// Several tokens of ONE sequence against one KV head: rows are (token i,
 // head h of the group), q row at q + i * q_stride + h * hd, output at
 // out + i * out_stride + h * hd; token i sees keys [0, n_kv[i]). Same
 // softmax arithmetic as attn_head_simd; the score order differs only in
-// float rounding (one FMA chain per score).
+// float rounding (one FMA chain per score). A row's result does not depend
+// on the other rows of the call (keys past its n_kv add exact zeros), so
+// it is the same whatever else shares the pass.
+//
+// Paged KV: with `pages`, key j lives in cell pages[j / page_cells] *
+// page_cells + j % page_cells of the region; the K/V rows are gathered page
+// by page (contiguous runs of up to page_cells rows) into scratch as floats.
+// Without, key j is cell j.
 struct AttnRows {
     bool f16 = false;
     const float* q = nullptr;
@@ -32,6 +39,8 @@ struct AttnRows {
     int64_t n_tokens = 0, group = 1;
     const void* k = nullptr;  // region bases, rows of kv_row elements, this head at off
     const void* v = nullptr;
+    const int32_t* pages = nullptr;  // the sequence's page table, or nullptr: cell = key
+    int64_t page_cells = 0;
     int64_t kv_row = 0, off = 0, hd = 0;
     float scale = 1.0f;
     float* out = nullptr;
@@ -40,7 +49,7 @@ struct AttnRows {
 // At most this many rows (n_tokens * group) per call.
 constexpr int64_t kAttnMaxRows = 128;
 // Floats of scratch attn_rows_simd needs.
-size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd, bool f16);
+size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd);
 void attn_rows_simd(const AttnRows& a, float* scratch);
 
 }  // namespace minfer::cpu

@@ -77,6 +77,21 @@ void check_positions(const Node& node, const int32_t* pos, int64_t n) {
     }
 }
 
+// The cell each token's K/V row goes to: src `cells_src` when the node has
+// it (paged KV), else the token's position. Checked against the region; -1
+// is a padding token that stores nothing.
+const int32_t* kv_cells(const Node& node, const NodeData& data, size_t cells_src,
+                        const int32_t* pos, int64_t n) {
+    if (node.src.size() <= cells_src) return pos;
+    MINFER_ASSERT(src_ne(node, data, cells_src)[0] >= n);
+    const auto* cells = static_cast<const int32_t*>(data.src[cells_src]);
+    for (int64_t i = 0; i < n; ++i)
+        if (cells[i] < -1 || cells[i] >= node.meta.n_ctx)
+            throw Error("node '" + node.name + "': KV cell " + std::to_string(cells[i]) +
+                        " is outside the cache's " + std::to_string(node.meta.n_ctx) + " cells");
+    return cells;
+}
+
 void add_row(const float* a, const float* b, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
@@ -199,21 +214,61 @@ void op_kv_store(const Node& node, const NodeData& data, ThreadPool&) {
     MINFER_ASSERT(src_ne(node, data, 0)[0] == n_kv_embd && data.k && data.v);
     const auto* pos = static_cast<const int32_t*>(data.src[2]);
     check_positions(node, pos, n);
+    const int32_t* cells = kv_cells(node, data, 3, pos, n);
     const auto* k = static_cast<const float*>(data.src[0]);
     const auto* v = static_cast<const float*>(data.src[1]);
     for (int64_t i = 0; i < n; ++i) {
-        store_kv_row(node.meta.kv_type, k + i * n_kv_embd, data.k, pos[i], n_kv_embd);
-        store_kv_row(node.meta.kv_type, v + i * n_kv_embd, data.v, pos[i], n_kv_embd);
+        if (cells[i] < 0) continue;
+        store_kv_row(node.meta.kv_type, k + i * n_kv_embd, data.k, cells[i], n_kv_embd);
+        store_kv_row(node.meta.kv_type, v + i * n_kv_embd, data.v, cells[i], n_kv_embd);
     }
 }
-
-// From this many tokens on, attention takes the many-rows kernel (decode
-// keeps the per-head one: one token's rows are too few to fill vectors).
-constexpr int64_t kAttnRowsMinTokens = 4;
 
 bool scalar_attn_forced() {
     const char* e = std::getenv("MINFER_SCALAR_ATTN");
     return e != nullptr && e[0] == '1';
+}
+
+// Where attention finds each token's keys: its sequence's page table (paged
+// KV: src3 kv_rows, src4 kv_pages) or the region itself (cell = position).
+struct KvPages {
+    const int32_t* rows = nullptr;   // [n] page-table row per token
+    const int32_t* pages = nullptr;  // [n_seqs, per_seq]
+    int64_t cells = 0, per_seq = 0;  // cells per page, pages per table row
+    const int32_t* table(int64_t t) const {
+        return pages ? pages + int64_t{rows[t]} * per_seq : nullptr;
+    }
+    int64_t cell(const int32_t* tab, int64_t j) const {
+        return tab ? int64_t{tab[j / cells]} * cells + j % cells : j;
+    }
+};
+
+// Checks every page a token will read: a bad table is an error, never a
+// read outside the region.
+KvPages kv_pages_of(const Node& node, const NodeData& data, const int32_t* pos, int64_t n) {
+    KvPages kp;
+    if (node.src.size() < 5) return kp;
+    const auto& m = node.meta;
+    if (m.kv_page <= 0 || m.n_ctx % m.kv_page != 0)
+        throw Error("node '" + node.name + "': page tables need meta.kv_page dividing n_ctx");
+    kp.rows = static_cast<const int32_t*>(data.src[3]);
+    kp.pages = static_cast<const int32_t*>(data.src[4]);
+    kp.cells = m.kv_page;
+    kp.per_seq = m.n_ctx / m.kv_page;
+    const int64_t n_rows = src_ne(node, data, 4)[0] / kp.per_seq;
+    for (int64_t t = 0; t < n; ++t) {
+        if (kp.rows[t] < 0 || kp.rows[t] >= n_rows)
+            throw Error("node '" + node.name + "': page-table row " + std::to_string(kp.rows[t]) +
+                        " of token " + std::to_string(t) + " is outside [0, " +
+                        std::to_string(n_rows) + ")");
+        const int32_t* tab = kp.table(t);
+        for (int64_t p = 0; p <= pos[t] / kp.cells; ++p)
+            if (tab[p] < 0 || tab[p] >= kp.per_seq)
+                throw Error("node '" + node.name + "': page " + std::to_string(tab[p]) +
+                            " in row " + std::to_string(kp.rows[t]) + " is outside the cache's " +
+                            std::to_string(kp.per_seq) + " pages");
+    }
+    return kp;
 }
 
 void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
@@ -228,6 +283,7 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
     const auto* q = static_cast<const float*>(data.src[0]);
     const auto* pos = static_cast<const int32_t*>(data.src[2]);
     check_positions(node, pos, n);
+    const KvPages kp = kv_pages_of(node, data, pos, n);
     int32_t max_pos = 0;
     for (int64_t i = 0; i < n; ++i) max_pos = std::max(max_pos, pos[i]);
     auto* out = static_cast<float*>(data.out);
@@ -238,9 +294,13 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
     // MINFER_SCALAR_ATTN=1 keeps the scalar reference loop (tests compare).
     const bool simd = attn_simd_supported(hd) && !scalar_attn_forced();
 
-    if (simd && n >= kAttnRowsMinTokens) {
-        // Items (KV head, block of tokens): the block's rows (token, head
-        // of the group) fill whole 16-lane vectors where the group allows.
+    if (simd) {
+        // Every token count takes the many-rows kernel, decode too: a
+        // token's result must not depend on how many tokens share its pass
+        // (batch invariance), and that kernel's rows are independent.
+        // Items (KV head, block of tokens of ONE sequence): the block's rows
+        // (token, head of the group) fill whole 16-lane vectors where the
+        // group allows.
         int64_t tb = std::max<int64_t>(1, (32 + group - 1) / group);
         for (int64_t t = tb; t * group <= kAttnMaxRows; ++t)
             if (t * group % 16 == 0) {
@@ -248,9 +308,17 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
                 break;
             }
         tb = std::min(tb, std::max<int64_t>(1, kAttnMaxRows / group));
-        const int64_t n_tb = (n + tb - 1) / tb;
+        std::vector<std::pair<int64_t, int64_t>> blocks;  // [t0, t1)
+        for (int64_t t0 = 0; t0 < n;) {
+            int64_t t1 = t0 + 1;
+            while (t1 < n && t1 - t0 < tb && (!kp.rows || kp.rows[t1] == kp.rows[t0])) ++t1;
+            blocks.emplace_back(t0, t1);
+            t0 = t1;
+        }
+        const auto n_tb = static_cast<int64_t>(blocks.size());
         pool.run_chunks(n_head_kv * n_tb, [&](int ith, int64_t c) {
-            const int64_t kvh = c / n_tb, t0 = (c % n_tb) * tb, t1 = std::min(n, t0 + tb);
+            const int64_t kvh = c / n_tb;
+            const auto [t0, t1] = blocks[static_cast<size_t>(c % n_tb)];
             std::array<int32_t, kAttnMaxRows> n_kv{};
             int64_t n_kv_max = 0;
             for (int64_t t = t0; t < t1; ++t) {
@@ -266,14 +334,16 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
             a.group = group;
             a.k = data.k;
             a.v = data.v;
+            a.pages = kp.table(t0);
+            a.page_cells = kp.cells;
             a.kv_row = kv_row;
             a.off = kvh * hd;
             a.hd = hd;
             a.scale = scale;
             a.out = out + t0 * node.ne[0] + kvh * group * hd;
             a.out_stride = node.ne[0];
-            auto* scratch = static_cast<float*>(pool.scratch(
-                ith, attn_rows_scratch_floats((t1 - t0) * group, n_kv_max, hd, f16) * 4));
+            auto* scratch = static_cast<float*>(
+                pool.scratch(ith, attn_rows_scratch_floats((t1 - t0) * group, n_kv_max, hd) * 4));
             attn_rows_simd(a, scratch);
         });
         return;
@@ -292,12 +362,9 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
         for (int64_t it = it0; it < it1; ++it) {
             const int64_t t = it / n_head, h = it % n_head, kvh = h / group;
             const int64_t n_kv = int64_t{pos[t]} + 1;  // causal: positions 0..pos
+            const int32_t* tab = kp.table(t);
             const float* qh = q + t * q_stride + h * hd;
             float* o = out + t * node.ne[0] + h * hd;
-            if (simd) {
-                attn_head_simd(f16, qh, data.k, data.v, kv_row, kvh * hd, n_kv, hd, scale, s, o);
-                continue;
-            }
             // Scores: ggml's mul_mat(k, q) then soft_max_ext(scale). An f16
             // cache makes ggml convert q to f16 first (vec_dot_type of f16).
             if (f16) {
@@ -305,14 +372,14 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
                     qf[d] = tensor::fp16_to_fp32(tensor::fp32_to_fp16(qh[d]));
                 const auto* kr = static_cast<const uint16_t*>(data.k);
                 for (int64_t j = 0; j < n_kv; ++j) {
-                    const uint16_t* kj = kr + j * kv_row + kvh * hd;
+                    const uint16_t* kj = kr + kp.cell(tab, j) * kv_row + kvh * hd;
                     for (int64_t d = 0; d < hd; ++d) rowf[d] = tensor::fp16_to_fp32(kj[d]);
                     s[j] = dot_f32(qf, rowf, hd) * scale;
                 }
             } else {
                 const auto* kr = static_cast<const float*>(data.k);
                 for (int64_t j = 0; j < n_kv; ++j)
-                    s[j] = dot_f32(qh, kr + j * kv_row + kvh * hd, hd) * scale;
+                    s[j] = dot_f32(qh, kr + kp.cell(tab, j) * kv_row + kvh * hd, hd) * scale;
             }
             // ggml_vec_soft_max_f32: exp in float, the sum in double.
             float mx = -INFINITY;
@@ -331,14 +398,14 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
                 const auto* vr = static_cast<const uint16_t*>(data.v);
                 for (int64_t j = 0; j < n_kv; ++j) {
                     const float p = tensor::fp16_to_fp32(tensor::fp32_to_fp16(s[j]));
-                    const uint16_t* vj = vr + j * kv_row + kvh * hd;
+                    const uint16_t* vj = vr + kp.cell(tab, j) * kv_row + kvh * hd;
                     for (int64_t d = 0; d < hd; ++d) o[d] += p * tensor::fp16_to_fp32(vj[d]);
                 }
             } else {
                 const auto* vr = static_cast<const float*>(data.v);
                 for (int64_t j = 0; j < n_kv; ++j) {
                     const float p = s[j];
-                    const float* vj = vr + j * kv_row + kvh * hd;
+                    const float* vj = vr + kp.cell(tab, j) * kv_row + kvh * hd;
                     for (int64_t d = 0; d < hd; ++d) o[d] += p * vj[d];
                 }
             }
@@ -384,6 +451,7 @@ void op_qkv_epilogue(const Node& node, const NodeData& data, ThreadPool& pool) {
     const float* k_norm = biases ? nullptr : f32_weight(node, 1, hd);
     const auto* pos = static_cast<const int32_t*>(data.src[1]);
     check_positions(node, pos, n);
+    const int32_t* cells = kv_cells(node, data, 2, pos, n);
     const auto* x = static_cast<const float*>(data.src[0]);
     auto* y = static_cast<float*>(data.out);
     parallel_ranges(pool, n, stride, [&](int64_t i0, int64_t i1) {
@@ -402,8 +470,9 @@ void op_qkv_epilogue(const Node& node, const NodeData& data, ThreadPool& pool) {
             rope_table(pos[i], hd, m.rope_freq_base, cs.data());
             rope_row(q, m.n_head, hd, cs.data());
             rope_row(k, m.n_head_kv, hd, cs.data());
-            store_kv_row(m.kv_type, k, data.k, pos[i], n_kv);
-            store_kv_row(m.kv_type, v, data.v, pos[i], n_kv);
+            if (cells[i] < 0) continue;  // a padding token
+            store_kv_row(m.kv_type, k, data.k, cells[i], n_kv);
+            store_kv_row(m.kv_type, v, data.v, cells[i], n_kv);
         }
     });
 }

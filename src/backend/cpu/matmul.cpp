@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/gemm.h"
@@ -26,6 +27,14 @@ constexpr int64_t kParallelQuantizeMin = 1 << 15;
 // unpacking of a weight tile costs about as much as a few tokens' dots.
 constexpr int64_t kGemmMinTokens = 4;
 }  // namespace
+
+bool batch_invariant_matmul() {
+    static const bool on = [] {
+        const char* e = std::getenv("MINFER_BATCH_INVARIANT");
+        return e != nullptr && e[0] == '1';
+    }();
+    return on;
+}
 
 void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride,
             int64_t n_tokens, float* out, int64_t out_stride, ThreadPool& pool) {
@@ -78,7 +87,7 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
     // The GEMM path when every part has one (fused QKV parts share a type).
     // It keeps only the GEMM form of the activations: each token's blocks
     // go through a per-thread row (less scratch: the pool keeps its peak).
-    bool gemm = n_tokens >= kGemmMinTokens;
+    bool gemm = n_tokens >= kGemmMinTokens || batch_invariant_matmul();
     for (int p = 0; p < n_parts && gemm; ++p) gemm = gemm_supported(info[p].w->type, K);
     size_t gemm_row[kMaxParts] = {}, gemm_offset[kMaxParts] = {};
     if (gemm) {

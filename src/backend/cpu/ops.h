@@ -18,6 +18,12 @@ struct MatMulPart {
     int64_t out_col = 0;
 };
 
+// MINFER_BATCH_INVARIANT=1: every token count takes the GEMM path where the
+// weight type has one (decode too), so a token's result does not depend on
+// how many tokens share its pass (the one-token kernels sum in another
+// order). Off by default: one-token decode is faster without it.
+bool batch_invariant_matmul();
+
 // out[t][out_col + m] = dot(w row m, x row t) for every part, x rows
 // [K, n_tokens] with stride x_stride; out rows with stride out_stride.
 // Activations are converted once to each weight's vec_dot type.

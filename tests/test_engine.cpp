@@ -1,0 +1,644 @@
+// The many-sequence engine: KV page accounting, batch-invariant logits
+// (bitwise, on the f32 tiny model), shared prefixes, forks, cancellation,
+// preemption, and a randomized run of hundreds of sequences checked against
+// each sequence run alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/ops.h"
+#include "graph/kv_pages.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+#include "runtime/engine_impl.h"
+#include "runtime/session.h"
+#include "tensor/dtype.h"
+#include "tiny_model.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+using namespace minfer;
+using minfer::testing::TinyModelSpec;
+
+namespace {
+
+struct Loaded {
+    std::vector<uint8_t> bytes;
+    model::Model model;
+};
+
+std::unique_ptr<Loaded> load(const TinyModelSpec& s) {
+    auto l = std::make_unique<Loaded>();
+    l->bytes = minfer::testing::make_tiny_model(s).to_bytes();
+    l->model = model::Model::from_file(gguf::File::parse(l->bytes.data(), l->bytes.size()));
+    return l;
+}
+
+const model::Model& tiny() {
+    static std::unique_ptr<Loaded> l = [] {
+        TinyModelSpec s;
+        s.n_ctx_train = 4096;
+        return load(s);
+    }();
+    return l->model;
+}
+
+runtime::EngineOptions small_options(int64_t n_ctx, int64_t n_batch, int32_t n_parallel) {
+    runtime::EngineOptions o;
+    o.n_ctx = n_ctx;
+    o.n_batch = n_batch;
+    o.n_parallel = n_parallel;
+    o.n_threads = 2;
+    o.kv_type_k = o.kv_type_v = tensor::DType::F32;
+    o.eog_ids = {-1};  // no end-of-generation token: lengths are the test's
+    return o;
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int64_t n, int32_t n_vocab) {
+    std::uniform_int_distribution<int32_t> d(0, n_vocab - 1);
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = d(rng);
+    return t;
+}
+
+// Logits of every position of `tokens`, the sequence alone in a session
+// (the same paged machinery, one sequence).
+std::vector<float> alone(const model::Model& m, const std::vector<int32_t>& tokens, int64_t n_batch,
+                         tensor::DType kv) {
+    runtime::SessionOptions o;
+    o.n_ctx = static_cast<int64_t>(tokens.size()) + 1;
+    o.n_batch = n_batch;
+    o.n_threads = 2;
+    o.kv_type = kv;
+    runtime::Session s(m, o);
+    return s.eval(tokens, true);
+}
+
+// Every logits row an engine sampled from, by (request, sample, position).
+struct Recorder {
+    std::map<std::tuple<runtime::RequestId, int32_t, int64_t>, std::vector<float>> rows;
+    void attach(runtime::Engine& e) {
+        e.impl().logits_hook = [this](runtime::RequestId id, int32_t sample, int64_t pos,
+                                      std::span<const float> l) {
+            rows[{id, sample, pos}] = std::vector<float>(l.begin(), l.end());
+        };
+    }
+};
+
+}  // namespace
+
+TEST(KvPages, TakeShareCacheEvict) {
+    graph::KvPagePool pool(3);
+    const int32_t a = pool.take(), b = pool.take();
+    EXPECT_EQ(pool.n_used(), 2);
+    EXPECT_TRUE(pool.publish(a, 11));
+    EXPECT_FALSE(pool.publish(b, 11));  // one page per hash
+    EXPECT_EQ(pool.lookup(11), a);
+    pool.ref(a);
+    EXPECT_EQ(pool.refs(a), 2);
+    pool.unref(a);
+    pool.unref(a);
+    // not ready: nobody finished filling it, so it is not kept
+    EXPECT_EQ(pool.lookup(11), -1);
+    EXPECT_EQ(pool.n_free(), 2);
+    const int32_t c = pool.take();
+    ASSERT_TRUE(pool.publish(c, 22));
+    pool.mark_ready(c);
+    pool.unref(c);
+    EXPECT_EQ(pool.n_cached(), 1);
+    EXPECT_EQ(pool.lookup(22), c);
+    pool.check();
+    // A hit takes it back from the cache.
+    pool.ref(c);
+    EXPECT_EQ(pool.n_cached(), 0);
+    pool.unref(c);
+    // Two more takes: the free page first, then the cached one is evicted.
+    const int32_t d = pool.take();
+    EXPECT_NE(d, c);
+    const int32_t e = pool.take();
+    EXPECT_EQ(e, c);
+    EXPECT_EQ(pool.lookup(22), -1);
+    EXPECT_EQ(pool.take(), -1);
+    std::vector<int32_t> holders(3, 1);
+    pool.check(&holders);
+    holders[0] = 2;
+    EXPECT_THROW(pool.check(&holders), Error);
+    pool.unref(b);
+    pool.unref(d);
+    pool.unref(e);
+    pool.check();
+    EXPECT_EQ(pool.n_free(), 3);
+}
+
+namespace {
+// One Attn node over a cache of n_pages pages: two sequences' tokens in
+// one call (kv_rows pick their page tables) must give bitwise what each
+// gives alone over a contiguous cache (cell = position), on the SIMD and
+// the scalar paths, for f32 and f16 caches.
+void paged_attention_case(tensor::DType kvt, bool scalar) {
+    const int32_t n_head = 14, n_head_kv = 2, hd = 64, P = graph::kKvPageCells, n_pages = 8;
+    const int64_t kv = int64_t{n_head_kv} * hd, nq = int64_t{n_head} * hd;
+    const int64_t n_ctx = int64_t{n_pages} * P;
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const bool f16 = kvt == tensor::DType::F16;
+    const size_t esz = f16 ? 2 : 4;
+    auto fill_row = [&](std::vector<uint8_t>& region, int64_t cell, const float* src) {
+        for (int64_t i = 0; i < kv; ++i) {
+            if (f16) {
+                const uint16_t h = tensor::fp32_to_fp16(src[i]);
+                std::memcpy(region.data() + (cell * kv + i) * 2, &h, 2);
+            } else {
+                std::memcpy(region.data() + (cell * kv + i) * 4, &src[i], 4);
+            }
+        }
+    };
+    // Sequence a: 70 positions in pages {5, 0, 3}; b: 40 in pages {6, 1}.
+    const std::vector<int32_t> pages_a{5, 0, 3}, pages_b{6, 1};
+    const int64_t len_a = 70, len_b = 40;
+    std::vector<std::vector<float>> ka(len_a), va(len_a), kb(len_b), vb(len_b);
+    for (auto* rowset : {&ka, &va, &kb, &vb})
+        for (auto& r : *rowset) {
+            r.resize(static_cast<size_t>(kv));
+            for (auto& x : r) x = u(rng);
+        }
+    std::vector<uint8_t> K(static_cast<size_t>(n_ctx * kv) * esz), V(K.size());
+    for (int64_t p = 0; p < len_a; ++p) {
+        const int64_t cell = int64_t{pages_a[size_t(p / P)]} * P + p % P;
+        fill_row(K, cell, ka[size_t(p)].data());
+        fill_row(V, cell, va[size_t(p)].data());
+    }
+    for (int64_t p = 0; p < len_b; ++p) {
+        const int64_t cell = int64_t{pages_b[size_t(p / P)]} * P + p % P;
+        fill_row(K, cell, kb[size_t(p)].data());
+        fill_row(V, cell, vb[size_t(p)].data());
+    }
+    // The batch: 3 tokens of a (positions 67..69), then 2 of b (38, 39).
+    const std::vector<int32_t> pos{67, 68, 69, 38, 39}, rows{0, 0, 0, 1, 1};
+    const int64_t n = 5;
+    std::vector<int32_t> table(static_cast<size_t>(2 * n_pages), 0);
+    std::copy(pages_a.begin(), pages_a.end(), table.begin());
+    std::copy(pages_b.begin(), pages_b.end(), table.begin() + n_pages);
+    std::vector<float> q(static_cast<size_t>(nq * n));
+    for (auto& x : q) x = u(rng);
+
+    graph::Node node;
+    node.op = graph::Op::Attn;
+    node.name = "attn";
+    node.ne = {nq, n, 1, 1};
+    node.meta.n_head = n_head;
+    node.meta.n_head_kv = n_head_kv;
+    node.meta.head_dim = hd;
+    node.meta.n_ctx = n_ctx;
+    node.meta.kv_type = kvt;
+    node.meta.kv_page = P;
+    node.src = {0, 1, 2, 3, 4};  // q, store, positions, kv_rows, kv_pages (ids unused here)
+    ThreadPool pool(2);
+    if (scalar) setenv("MINFER_SCALAR_ATTN", "1", 1);
+    std::vector<float> paged(static_cast<size_t>(nq * n));
+    cpu::NodeData d{
+        {q.data(), nullptr, pos.data(), rows.data(), table.data()},
+        paged.data(),
+        K.data(),
+        V.data(),
+        {{nq, n, 1, 1}, {kv, n_ctx, 1, 1}, {n, 1, 1, 1}, {n, 1, 1, 1}, {2 * n_pages, 1, 1, 1}}};
+    cpu::run_node(node, d, pool);
+    // Each token alone over a contiguous cache of its own sequence.
+    for (int64_t t = 0; t < n; ++t) {
+        const bool is_a = t < 3;
+        const auto& ks = is_a ? ka : kb;
+        const auto& vs = is_a ? va : vb;
+        std::vector<uint8_t> Kc(static_cast<size_t>(n_ctx * kv) * esz), Vc(Kc.size());
+        for (size_t p = 0; p < ks.size(); ++p) {
+            fill_row(Kc, static_cast<int64_t>(p), ks[p].data());
+            fill_row(Vc, static_cast<int64_t>(p), vs[p].data());
+        }
+        graph::Node one = node;
+        one.ne = {nq, 1, 1, 1};
+        one.meta.kv_page = 0;
+        one.src = {0, 1, 2};
+        std::vector<float> out(static_cast<size_t>(nq));
+        const int32_t p1 = pos[size_t(t)];
+        cpu::NodeData d1{{q.data() + t * nq, nullptr, &p1},
+                         out.data(),
+                         Kc.data(),
+                         Vc.data(),
+                         {{nq, 1, 1, 1}, {kv, n_ctx, 1, 1}, {1, 1, 1, 1}}};
+        cpu::run_node(one, d1, pool);
+        ASSERT_EQ(0, std::memcmp(out.data(), paged.data() + t * nq, static_cast<size_t>(nq) * 4))
+            << "token " << t << " " << tensor::dtype_name(kvt) << (scalar ? " scalar" : " simd");
+    }
+    unsetenv("MINFER_SCALAR_ATTN");
+    // A page table naming a page outside the cache is an error, not a read.
+    table[1] = n_pages;
+    EXPECT_THROW(cpu::run_node(node, d, pool), Error);
+}
+}  // namespace
+
+TEST(KvPages, AttentionThroughPagesIsBitwiseTheContiguousOne) {
+    for (tensor::DType t : {tensor::DType::F32, tensor::DType::F16})
+        for (bool scalar : {false, true}) paged_attention_case(t, scalar);
+}
+
+TEST(KvPages, HashChainCoversThePrefix) {
+    const std::vector<int32_t> t1{1, 2, 3, 4}, t2{1, 2, 3, 5};
+    EXPECT_EQ(graph::page_hash(0, t1.data(), 4), graph::page_hash(0, t1.data(), 4));
+    EXPECT_NE(graph::page_hash(0, t1.data(), 4), graph::page_hash(0, t2.data(), 4));
+    EXPECT_NE(graph::page_hash(1, t1.data(), 4), graph::page_hash(0, t1.data(), 4));
+}
+
+TEST(Engine, RefusesWhatCanNeverRun) {
+    runtime::Engine e(tiny(), small_options(64, 32, 2));
+    runtime::GenParams gp;
+    EXPECT_THROW(e.submit(gp, {}), Error);  // empty prompt
+    gp.prompt.assign(64, 1);
+    EXPECT_THROW(e.submit(gp, {}), Error);  // prompt + 1 > n_ctx
+    gp.prompt = {1, 2, 99999};
+    EXPECT_THROW(e.submit(gp, {}), Error);  // token id
+    gp.prompt = {1, 2};
+    gp.n_samples = 3;
+    EXPECT_THROW(e.submit(gp, {}), Error);  // n_samples > n_parallel
+    auto o = small_options(64, 32, 2);
+    o.kv_type_v = tensor::DType::F16;
+    EXPECT_THROW(runtime::Engine(tiny(), o), Error);  // K and V types differ
+    EXPECT_TRUE(e.idle());
+}
+
+// Sequences alone, 16 at once, at several -b: every sampled logits row is
+// bitwise the row of the sequence run alone.
+TEST(Engine, LogitsDoNotDependOnTheBatch) {
+    const model::Model& m = tiny();
+    std::mt19937 rng(7);
+    const auto n_vocab = static_cast<int32_t>(m.hp.n_vocab);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 16; ++i) prompts.push_back(random_tokens(rng, 5 + 13 * i % 70, n_vocab));
+    for (tensor::DType kv : {tensor::DType::F32, tensor::DType::F16})
+        for (int64_t n_batch : {7, 64, 512}) {
+            auto o = small_options(2048, n_batch, 16);
+            o.kv_type_k = o.kv_type_v = kv;
+            runtime::Engine e(m, o);
+            Recorder rec;
+            rec.attach(e);
+            std::map<runtime::RequestId, size_t> which;
+            for (size_t i = 0; i < prompts.size(); ++i) {
+                runtime::GenParams gp;
+                gp.prompt = prompts[i];
+                gp.n_predict = 6;
+                gp.sampling.temp = 0.0f;
+                const runtime::RequestId id = e.submit(gp, {});
+                which[id] = i;
+            }
+            int guard = 0;
+            while (!e.idle() && ++guard < 10000) {
+                e.step();
+                e.impl().check_pages();
+            }
+            ASSERT_TRUE(e.idle());
+            // Rebuild each sequence's tokens from the recorded argmax, then
+            // compare with it alone.
+            for (const auto& [id, i] : which) {
+                std::vector<int32_t> toks = prompts[i];
+                std::vector<std::vector<float>> rows;
+                for (int64_t pos = static_cast<int64_t>(toks.size()) - 1;; ++pos) {
+                    auto it = rec.rows.find({id, 0, pos});
+                    if (it == rec.rows.end()) break;
+                    rows.push_back(it->second);
+                    toks.push_back(runtime::argmax(it->second));
+                }
+                ASSERT_EQ(rows.size(), 6u);
+                toks.pop_back();
+                const std::vector<float> ref = alone(m, toks, 512, kv);
+                for (size_t r = 0; r < rows.size(); ++r) {
+                    const size_t pos = prompts[i].size() - 1 + r;
+                    ASSERT_EQ(0, std::memcmp(rows[r].data(), ref.data() + pos * n_vocab,
+                                             static_cast<size_t>(n_vocab) * 4))
+                        << "sequence " << i << " row " << r << " -b " << n_batch << " kv "
+                        << tensor::dtype_name(kv);
+                }
+            }
+        }
+}
+
+// 16 sequences with one 200-token prefix and 8 own tokens: the prefix's full
+// pages are computed once and mapped by every other sequence, and the
+// logits are still those of each sequence alone.
+TEST(Engine, SharedPrefixPagesAreComputedOnce) {
+    const model::Model& m = tiny();
+    std::mt19937 rng(3);
+    const auto n_vocab = static_cast<int32_t>(m.hp.n_vocab);
+    const std::vector<int32_t> prefix = random_tokens(rng, 200, n_vocab);
+    runtime::Engine e(m, small_options(4096, 256, 16));
+    Recorder rec;
+    rec.attach(e);
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<runtime::RequestResult> results(16);
+    int64_t max_used = 0;
+    for (int i = 0; i < 16; ++i) {
+        std::vector<int32_t> p = prefix;
+        const auto own = random_tokens(rng, 8, n_vocab);
+        p.insert(p.end(), own.begin(), own.end());
+        prompts.push_back(p);
+        runtime::GenParams gp;
+        gp.prompt = p;
+        gp.n_predict = 2;
+        gp.sampling.temp = 0.0f;
+        runtime::RequestCallbacks cb;
+        cb.on_finish = [&results, i](const runtime::RequestResult& r) { results[i] = r; };
+        e.submit(gp, cb);
+    }
+    while (!e.idle()) {
+        e.step();
+        e.impl().check_pages();
+        max_used = std::max(max_used, e.stats().pages_used);
+    }
+    // 208 tokens = 6 full pages shared + 1 own page each (+1 for the
+    // generated token's cell in the same page).
+    EXPECT_EQ(results[0].cached_tokens, 0);
+    for (int i = 1; i < 16; ++i) EXPECT_EQ(results[i].cached_tokens, 6 * 32) << i;
+    EXPECT_LE(max_used, 6 + 16 * 1);
+    const auto st = e.stats();
+    EXPECT_EQ(st.prefix_hit_tokens, 15 * 6 * 32);
+    EXPECT_EQ(st.pages_used, 0);
+    EXPECT_GE(st.pages_cached, 6);
+    for (int i = 0; i < 16; ++i) {
+        const auto& row = rec.rows.at({i + 1, 0, static_cast<int64_t>(prompts[i].size()) - 1});
+        const std::vector<float> ref = alone(m, prompts[i], 512, tensor::DType::F32);
+        ASSERT_EQ(0, std::memcmp(row.data(), ref.data() + (prompts[i].size() - 1) * n_vocab,
+                                 static_cast<size_t>(n_vocab) * 4))
+            << i;
+    }
+}
+
+TEST(Engine, CancelFreesPagesAtOnce) {
+    runtime::Engine e(tiny(), small_options(512, 64, 4));
+    runtime::GenParams gp;
+    gp.prompt.assign(100, 5);
+    gp.n_predict = -1;
+    runtime::FinishReason reason = runtime::FinishReason::Stop;
+    int finishes = 0;
+    runtime::RequestCallbacks cb;
+    cb.on_finish = [&](const runtime::RequestResult& r) {
+        reason = r.reason;
+        ++finishes;
+    };
+    const runtime::RequestId id = e.submit(gp, cb);
+    for (int i = 0; i < 4; ++i) e.step();
+    EXPECT_GT(e.stats().pages_used, 0);
+    e.cancel(id);  // between steps: at once
+    EXPECT_EQ(e.stats().pages_used, 0);
+    e.impl().check_pages();
+    e.step();  // the callback runs on the step thread
+    EXPECT_EQ(finishes, 1);
+    EXPECT_EQ(reason, runtime::FinishReason::Cancelled);
+    EXPECT_TRUE(e.idle());
+}
+
+TEST(Engine, ForkedSamplesSharePromptPages) {
+    const model::Model& m = tiny();
+    std::mt19937 rng(5);
+    runtime::Engine e(m, small_options(1024, 128, 4));
+    runtime::GenParams gp;
+    gp.prompt = random_tokens(rng, 100, static_cast<int32_t>(m.hp.n_vocab));
+    gp.n_predict = 5;
+    gp.n_samples = 4;
+    // a flat distribution, so the samples' own seeds show
+    gp.sampling.temp = 5.0f;
+    gp.sampling.top_k = 0;
+    gp.sampling.top_p = 1.0f;
+    gp.sampling.min_p = 0.0f;
+    gp.sampling.seed = 9;
+    std::vector<std::vector<int32_t>> out(4);
+    std::vector<int64_t> cached(4, -1);
+    runtime::RequestCallbacks cb;
+    cb.on_token = [&](const runtime::TokenEvent& ev) {
+        out[static_cast<size_t>(ev.sample)].push_back(ev.token);
+        return true;
+    };
+    cb.on_finish = [&](const runtime::RequestResult& r) {
+        cached[static_cast<size_t>(r.sample)] = r.cached_tokens;
+    };
+    e.submit(gp, cb);
+    while (!e.idle()) {
+        e.step();
+        e.impl().check_pages();
+    }
+    EXPECT_EQ(cached[0], 0);
+    for (int k = 1; k < 4; ++k) EXPECT_EQ(cached[static_cast<size_t>(k)], 96);
+    for (const auto& o : out) EXPECT_EQ(o.size(), 5u);
+    // Own seeds: the samples differ (seed + sample index).
+    EXPECT_TRUE(out[0] != out[1] || out[1] != out[2] || out[2] != out[3]);
+}
+
+// Hundreds of sequences of random lengths, forks, cancels, and a cache so
+// small that sequences get preempted: the pages add up after every step,
+// and every logits row is bitwise the row of the sequence alone.
+TEST(Engine, RandomizedAgainstAlone) {
+    const model::Model& m = tiny();
+    std::mt19937 rng(11);
+    const auto n_vocab = static_cast<int32_t>(m.hp.n_vocab);
+    runtime::Engine e(m, small_options(640, 48, 12));
+    Recorder rec;
+    rec.attach(e);
+    struct Req {
+        std::vector<int32_t> prompt;
+        int32_t n_samples;
+        bool cancelled = false;
+        std::vector<std::vector<int32_t>> tokens;
+        std::vector<runtime::FinishReason> reasons;
+    };
+    std::map<runtime::RequestId, std::shared_ptr<Req>> reqs;
+    std::vector<std::vector<int32_t>> bases;  // shared prefixes
+    for (int i = 0; i < 4; ++i) bases.push_back(random_tokens(rng, 40 + 30 * i, n_vocab));
+    int submitted = 0, steps = 0;
+    const int n_total = 300;
+    while (submitted < n_total || !e.idle()) {
+        // Admit a few new requests per step.
+        for (int k = std::uniform_int_distribution<int>(0, 3)(rng); k > 0 && submitted < n_total;
+             --k, ++submitted) {
+            auto r = std::make_shared<Req>();
+            if (rng() % 3 == 0) {
+                r->prompt = bases[rng() % bases.size()];
+                const auto own = random_tokens(rng, 1 + rng() % 20, n_vocab);
+                r->prompt.insert(r->prompt.end(), own.begin(), own.end());
+            } else {
+                r->prompt = random_tokens(rng, 1 + rng() % 150, n_vocab);
+            }
+            r->n_samples = rng() % 6 == 0 ? 2 + static_cast<int32_t>(rng() % 3) : 1;
+            r->tokens.resize(static_cast<size_t>(r->n_samples));
+            r->reasons.resize(static_cast<size_t>(r->n_samples), runtime::FinishReason::Error);
+            runtime::GenParams gp;
+            gp.prompt = r->prompt;
+            gp.n_predict = 1 + static_cast<int64_t>(rng() % 40);
+            gp.n_samples = r->n_samples;
+            gp.sampling.temp = rng() % 2 ? 0.0f : 0.9f;
+            gp.sampling.seed = rng();
+            gp.sampling.repeat_penalty = rng() % 2 ? 1.0f : 1.1f;
+            gp.presence_penalty = rng() % 4 == 0 ? 0.5f : 0.0f;
+            runtime::RequestCallbacks cb;
+            Req* raw = r.get();
+            cb.on_token = [raw](const runtime::TokenEvent& ev) {
+                raw->tokens[static_cast<size_t>(ev.sample)].push_back(ev.token);
+                return true;
+            };
+            cb.on_finish = [raw](const runtime::RequestResult& res) {
+                raw->reasons[static_cast<size_t>(res.sample)] = res.reason;
+            };
+            reqs[e.submit(gp, cb)] = r;
+        }
+        if (rng() % 25 == 0 && !reqs.empty()) {
+            auto it = reqs.begin();
+            std::advance(it, static_cast<long>(rng() % reqs.size()));
+            it->second->cancelled = true;
+            e.cancel(it->first);
+            e.impl().check_pages();
+        }
+        e.step();
+        e.impl().check_pages();
+        ASSERT_LT(++steps, 100000);
+    }
+    const auto st = e.stats();
+    EXPECT_GT(st.preemptions, 0) << "the cache was meant to be too small";
+    EXPECT_GT(st.prefix_hit_tokens, 0);
+    EXPECT_EQ(st.pages_used, 0);
+    // Random arrivals and lengths make many (tokens, logits rows) shapes;
+    // the bucketed, cached graphs still serve most steps.
+    std::printf(
+        "[ info ] %lld steps, %lld graphs built, %lld preemptions, prefix hits %lld / "
+        "%lld tokens\n",
+        static_cast<long long>(st.steps), static_cast<long long>(st.graphs_built),
+        static_cast<long long>(st.preemptions), static_cast<long long>(st.prefix_hit_tokens),
+        static_cast<long long>(st.prefix_lookup_tokens));
+    EXPECT_LT(st.graphs_built * 4, st.steps) << "token-count buckets";
+    // Every sample against itself alone.
+    int compared = 0;
+    for (const auto& [id, r] : reqs)
+        for (int32_t k = 0; k < r->n_samples; ++k) {
+            const auto& gen = r->tokens[static_cast<size_t>(k)];
+            if (!r->cancelled)
+                EXPECT_NE(r->reasons[static_cast<size_t>(k)], runtime::FinishReason::Error);
+            if (gen.empty()) continue;
+            std::vector<int32_t> toks = r->prompt;
+            toks.insert(toks.end(), gen.begin(), gen.end() - 1);
+            const std::vector<float> ref = alone(m, toks, 64, tensor::DType::F32);
+            for (size_t g = 0; g < gen.size(); ++g) {
+                const int64_t pos = static_cast<int64_t>(r->prompt.size() + g) - 1;
+                const auto& row = rec.rows.at({id, k, pos});
+                ASSERT_EQ(0, std::memcmp(row.data(), ref.data() + pos * n_vocab,
+                                         static_cast<size_t>(n_vocab) * 4))
+                    << "request " << id << " sample " << k << " position " << pos;
+                ++compared;
+            }
+        }
+    EXPECT_GT(compared, 1000);
+}
+
+TEST(Engine, SubmitAndCancelFromOtherThreads) {
+    runtime::Engine e(tiny(), small_options(1024, 64, 8));
+    std::atomic<int> finished{0};
+    std::atomic<bool> stop{false};
+    std::thread loop([&] {
+        while (!stop) {
+            if (!e.step()) e.wait_for_work(5);
+        }
+    });
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 4; ++c)
+        clients.emplace_back([&, c] {
+            for (int i = 0; i < 10; ++i) {
+                runtime::GenParams gp;
+                gp.prompt.assign(static_cast<size_t>(10 + c * 7 + i), 3 + c);
+                gp.n_predict = 8;
+                runtime::RequestCallbacks cb;
+                cb.on_finish = [&](const runtime::RequestResult&) { ++finished; };
+                const auto id = e.submit(gp, cb);
+                if (i % 3 == 0) e.cancel(id);
+                (void)e.stats();
+            }
+        });
+    for (auto& t : clients) t.join();
+    for (int i = 0; i < 2000 && finished < 40; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    stop = true;
+    loop.join();
+    EXPECT_EQ(finished.load(), 40);
+    EXPECT_EQ(e.stats().pages_used, 0);
+}
+
+// A quantized model (../shared's qwen2-mini Q8_0): decode tokens of 8
+// sequences go through the GEMM kernels together (>= 4 tokens) but through
+// the one-token kernels alone, which sum in another order, so the logits
+// are not bitwise equal there; the greedy text must be, and the largest
+// difference is printed (the report quotes it).
+TEST(Engine, QuantizedGreedyTextAloneAndBatched) {
+    const std::string path = std::string(MINFER_SHARED_DIR) + "/models/qwen2-mini-q8_0.gguf";
+    if (FILE* f = std::fopen(path.c_str(), "rb")) {
+        std::fclose(f);
+    } else {
+        GTEST_SKIP() << path << " is not there (../shared holds the parity models)";
+    }
+    const model::Model m = model::Model::load(path);
+    std::mt19937 rng(21);
+    const int n_seq = 8, n_gen = 16;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < n_seq; ++i)
+        prompts.push_back(random_tokens(rng, 20 + 9 * i, static_cast<int32_t>(m.hp.n_vocab)));
+    auto o = small_options(4096, 512, n_seq);
+    runtime::Engine e(m, o);
+    Recorder rec;
+    rec.attach(e);
+    std::vector<std::vector<int32_t>> batched(n_seq);
+    for (int i = 0; i < n_seq; ++i) {
+        runtime::GenParams gp;
+        gp.prompt = prompts[static_cast<size_t>(i)];
+        gp.n_predict = n_gen;
+        gp.sampling.temp = 0.0f;
+        runtime::RequestCallbacks cb;
+        cb.on_token = [&batched, i](const runtime::TokenEvent& ev) {
+            batched[static_cast<size_t>(i)].push_back(ev.token);
+            return true;
+        };
+        e.submit(gp, cb);
+    }
+    while (!e.idle()) e.step();
+    double max_diff = 0;
+    int n_same = 0;
+    for (int i = 0; i < n_seq; ++i) {
+        runtime::SessionOptions so;
+        so.n_ctx = 512;
+        so.n_threads = 2;
+        runtime::Session s(m, so);
+        std::vector<float> l = s.eval(prompts[static_cast<size_t>(i)]);
+        std::vector<int32_t> alone_toks;
+        for (int g = 0; g < n_gen; ++g) {
+            const int64_t pos =
+                static_cast<int64_t>(prompts[static_cast<size_t>(i)].size()) - 1 + g;
+            const int32_t t = runtime::argmax(l);
+            const auto& bt = batched[static_cast<size_t>(i)];
+            if (alone_toks == std::vector<int32_t>(bt.begin(), bt.begin() + g)) {
+                // same context so far: the rows are comparable
+                const auto& row = rec.rows.at({i + 1, 0, pos});
+                for (size_t v = 0; v < l.size(); ++v)
+                    max_diff = std::max(max_diff, std::abs(double{l[v]} - double{row[v]}));
+            }
+            alone_toks.push_back(t);
+            if (g + 1 < n_gen) l = s.eval(std::vector<int32_t>{t});
+        }
+        n_same += alone_toks == batched[static_cast<size_t>(i)];
+        if (cpu::batch_invariant_matmul())
+            EXPECT_EQ(alone_toks, batched[static_cast<size_t>(i)]) << "sequence " << i;
+    }
+    std::printf(
+        "[ info ] qwen2-mini Q8_0: largest |logit alone - logit among 8| = %.3g; greedy "
+        "text identical for %d of %d sequences%s\n",
+        max_diff, n_same, n_seq,
+        cpu::batch_invariant_matmul() ? " (MINFER_BATCH_INVARIANT=1)" : "");
+    if (cpu::batch_invariant_matmul()) EXPECT_EQ(max_diff, 0.0);
+}
