@@ -96,6 +96,7 @@ int cmd_serve(int argc, char** argv, int first) {
     opt.model_name = alias.empty() ? base_name(model_path) : alias;
     opt.max_body_bytes = static_cast<size_t>(max_body);
     opt.queue_limit = queue_limit;
+    opt.n_parallel = n_parallel;
     opt.http_threads = http_threads;
     opt.grace_seconds = grace;
     opt.log_requests = !quiet;

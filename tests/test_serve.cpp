@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_runner.h"
 #include "model/model.h"
 #include "serve/server.h"
 
@@ -45,6 +46,7 @@ class Serve : public ::testing::Test {
         o.model_name = "kjv-tiny";
         o.max_body_bytes = 64 * 1024;
         o.queue_limit = 8;
+        o.n_parallel = 4;
         o.log_requests = false;
         server_ = new Server(o);
         port_ = server_->bind();
@@ -488,6 +490,7 @@ TEST(ServeQueue, FullQueueAnswers503) {
     ServerOptions o;
     o.port = 0;
     o.queue_limit = 0;
+    o.n_parallel = 1;
     o.log_requests = false;
     Server server(o);
     const int port = server.bind();
@@ -523,6 +526,23 @@ TEST(ServeQueue, FullQueueAnswers503) {
     EXPECT_EQ(status_second, 503);
     EXPECT_FALSE(retry_after.empty());
     server.shutdown();
+}
+
+}  // namespace
+
+namespace {
+
+TEST(ServeCli, HelpAndBadFlags) {
+    auto r = minfer::testing::run_cli("serve --help");
+    EXPECT_EQ(r.code, 0);
+    for (const char* flag : {"--host", "--port", "-np", "--api-key", "--alias", "--max-body-size",
+                             "--queue-limit", "-ctk"})
+        EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+    r = minfer::testing::run_cli("serve --port 70000");
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("--port"), std::string::npos) << r.err;
+    r = minfer::testing::run_cli("serve -np 0");
+    EXPECT_EQ(r.code, 2);
 }
 
 }  // namespace

@@ -732,7 +732,8 @@ int Server::bind() {
     // Every generation request holds a worker while it waits or streams:
     // -np running + the queue, plus spare workers for /health, /metrics,
     // queue-full answers and idle keep-alive connections.
-    const int threads = I.opt.http_threads > 0 ? I.opt.http_threads : 64 + I.opt.queue_limit + 16;
+    const int threads =
+        I.opt.http_threads > 0 ? I.opt.http_threads : I.opt.n_parallel + I.opt.queue_limit + 16;
     I.http.new_task_queue = [threads] {
         return new httplib::ThreadPool(static_cast<size_t>(threads));
     };

@@ -28,7 +28,8 @@ struct ServerOptions {
     std::string model_name;            // /v1/models' id: --alias or the file's name
     size_t max_body_bytes = 8u << 20;  // larger bodies get 413
     int queue_limit = 64;              // requests waiting beyond -np; then 503
-    int http_threads = 0;              // 0: enough that /health never waits (see server.cpp)
+    int n_parallel = 8;                // the engine's -np: sizes the HTTP worker pool
+    int http_threads = 0;              // 0: -np + queue_limit + 16, so /health never waits
     double grace_seconds = 10.0;       // shutdown: how long running requests may finish
     bool log_requests = true;          // one line per request on `log`
     std::FILE* log = stderr;
