@@ -630,7 +630,7 @@ void Server::Impl::install_routes() {
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
         runtime::EngineStats s;
-        if (engine) s = engine->stats();
+        if (ready) s = engine->stats();  // ready is set after the engine exists
         res.set_content(metrics.render(s, ready), "text/plain; version=0.0.4");
     });
     http.Get("/", [](const httplib::Request&, httplib::Response& res) {
