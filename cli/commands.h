@@ -15,6 +15,7 @@ int cmd_perplexity(int argc, char** argv, int first);     // minfer perplexity -
 int cmd_bench(int argc, char** argv, int first);          // minfer bench -m M -p 512 -n 128
 int cmd_batched_bench(int argc, char** argv, int first);  // minfer batched-bench -npl 1,4,8
 int cmd_viz(int argc, char** argv, int first);            // minfer viz -m M -p P -o page.html
+int cmd_serve(int argc, char** argv, int first);          // minfer serve -m M --port 8080
 
 // The model used when -m is not given: the tiny KJV model shipped in models/.
 const char* default_model_path();

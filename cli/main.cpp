@@ -29,6 +29,7 @@ const Subcommand kSubcommands[] = {
     {"batched-bench", minfer::cli::cmd_batched_bench,
      "throughput of many sequences in one engine, llama-batched-bench style"},
     {"viz", minfer::cli::cmd_viz, "write an HTML page of the graph and its buffers"},
+    {"serve", minfer::cli::cmd_serve, "an OpenAI-compatible HTTP server with a chat page"},
 };
 
 void print_top_help() {

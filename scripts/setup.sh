@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+  libcpp-httplib-dev
   python3 python3-numpy
 )
 if [ "${MINFER_SETUP_EXTRA:-}" != "" ]; then

@@ -1,0 +1,92 @@
+#include "serve/metrics.h"
+
+#include <cstdio>
+
+namespace minfer::serve {
+
+void Histogram::observe(double s) {
+    for (size_t i = 0; i < kBounds.size(); ++i)
+        if (s <= kBounds[i]) ++buckets_[i];
+    ++count_;
+    sum_ += s;
+}
+
+void Histogram::write(std::string& out, const std::string& name, const std::string& help) const {
+    char line[256];
+    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+    for (size_t i = 0; i < kBounds.size(); ++i) {
+        std::snprintf(line, sizeof line, "%s_bucket{le=\"%g\"} %llu\n", name.c_str(), kBounds[i],
+                      static_cast<unsigned long long>(buckets_[i]));
+        out += line;
+    }
+    std::snprintf(line, sizeof line, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n",
+                  name.c_str(), static_cast<unsigned long long>(count_), name.c_str(), sum_,
+                  name.c_str(), static_cast<unsigned long long>(count_));
+    out += line;
+}
+
+void Metrics::request_done(int status) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (status < 400)
+        ++requests_ok_;
+    else if (status < 500)
+        ++requests_client_error_;
+    else
+        ++requests_server_error_;
+}
+
+void Metrics::first_token(double s) {
+    std::lock_guard<std::mutex> lk(mu_);
+    ttft_.observe(s);
+}
+
+void Metrics::inter_token(double s) {
+    std::lock_guard<std::mutex> lk(mu_);
+    itl_.observe(s);
+}
+
+std::string Metrics::render(const runtime::EngineStats& s, bool ready) const {
+    std::string out;
+    auto gauge = [&](const char* name, const char* help, double v, const char* type = "gauge") {
+        char line[512];
+        std::snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name,
+                      type, name, v);
+        out += line;
+    };
+    gauge("minfer_ready", "1 once the model is loaded", ready ? 1 : 0);
+    gauge("minfer_requests_running", "sequences being decoded", static_cast<double>(s.running));
+    gauge("minfer_requests_waiting", "sequences queued", static_cast<double>(s.waiting));
+    gauge("minfer_prompt_tokens_total", "prompt tokens evaluated",
+          static_cast<double>(s.prompt_tokens), "counter");
+    gauge("minfer_generated_tokens_total", "tokens generated",
+          static_cast<double>(s.generated_tokens), "counter");
+    gauge("minfer_kv_pages_total", "KV cache pages", static_cast<double>(s.pages_total));
+    gauge("minfer_kv_pages_used", "KV pages held by at least one sequence",
+          static_cast<double>(s.pages_used));
+    gauge("minfer_kv_pages_cached", "KV pages held by none, kept for prefix reuse",
+          static_cast<double>(s.pages_cached));
+    gauge("minfer_kv_pages_free", "KV pages free", static_cast<double>(s.pages_free));
+    gauge("minfer_kv_page_cells", "token cells per KV page", static_cast<double>(s.page_cells));
+    gauge("minfer_prefix_cache_hit_tokens_total", "prompt tokens taken from shared pages",
+          static_cast<double>(s.prefix_hit_tokens), "counter");
+    gauge("minfer_prefix_cache_lookup_tokens_total", "prompt tokens looked up in shared pages",
+          static_cast<double>(s.prefix_lookup_tokens), "counter");
+    gauge("minfer_engine_steps_total", "engine steps (forward passes)",
+          static_cast<double>(s.steps), "counter");
+    gauge("minfer_activation_bytes", "activation memory held",
+          static_cast<double>(s.activation_bytes));
+    std::lock_guard<std::mutex> lk(mu_);
+    out +=
+        "# HELP minfer_http_requests_total HTTP requests answered, by status class\n"
+        "# TYPE minfer_http_requests_total counter\n";
+    out += "minfer_http_requests_total{class=\"2xx\"} " + std::to_string(requests_ok_) + "\n";
+    out += "minfer_http_requests_total{class=\"4xx\"} " + std::to_string(requests_client_error_) +
+           "\n";
+    out += "minfer_http_requests_total{class=\"5xx\"} " + std::to_string(requests_server_error_) +
+           "\n";
+    ttft_.write(out, "minfer_time_to_first_token_seconds", "time from request to first token");
+    itl_.write(out, "minfer_inter_token_latency_seconds", "time between streamed tokens");
+    return out;
+}
+
+}  // namespace minfer::serve

@@ -1,0 +1,334 @@
+#include "serve/openai.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace minfer::serve {
+
+using json = RequestJson;
+
+const char* error_type(int status) {
+    switch (status) {
+        case 400:
+            return "invalid_request_error";
+        case 401:
+            return "authentication_error";
+        case 404:
+            return "not_found_error";
+        case 413:
+            return "invalid_request_error";
+        case 503:
+            return "unavailable_error";
+        default:
+            return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+nlohmann::json error_body(int status, const std::string& message, const std::string& param) {
+    using json = nlohmann::json;
+    json e = {{"message", message}, {"type", error_type(status)}, {"code", status}};
+    e["param"] = param.empty() ? json(nullptr) : json(param);
+    return json{{"error", e}};
+}
+
+json parse_json_object(const std::string& body) {
+    json j;
+    try {
+        j = json::parse(body);
+    } catch (const json::parse_error& e) {
+        throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+    }
+    if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+    return j;
+}
+
+namespace {
+
+const char* type_name(const json& v) {
+    return v.type_name();
+}
+
+// Optional fields: absent or null means the default.
+bool has(const json& b, const char* key) {
+    return b.contains(key) && !b[key].is_null();
+}
+
+double get_number(const json& b, const char* key, double lo, double hi) {
+    const json& v = b[key];
+    if (!v.is_number())
+        throw ApiError(400, std::string("'") + key + "' must be a number, got " + type_name(v),
+                       key);
+    double x = v.get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi)
+        throw ApiError(400,
+                       std::string("'") + key + "' must be between " + std::to_string(lo) +
+                           " and " + std::to_string(hi) + ", got " + v.dump(),
+                       key);
+    return x;
+}
+
+int64_t get_int(const json& b, const char* key, int64_t lo, int64_t hi) {
+    const json& v = b[key];
+    if (!v.is_number_integer())
+        throw ApiError(400, std::string("'") + key + "' must be an integer, got " + v.dump(), key);
+    int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                    ? INT64_MAX
+                    : v.get<int64_t>();
+    if (x < lo || x > hi)
+        throw ApiError(400,
+                       std::string("'") + key + "' must be between " + std::to_string(lo) +
+                           " and " + std::to_string(hi) + ", got " + v.dump(),
+                       key);
+    return x;
+}
+
+bool get_bool(const json& b, const char* key) {
+    const json& v = b[key];
+    if (!v.is_boolean())
+        throw ApiError(400, std::string("'") + key + "' must be true or false, got " + v.dump(),
+                       key);
+    return v.get<bool>();
+}
+
+// "content": a string, or a list of parts of which only text is supported.
+std::string message_content(const json& m, size_t i) {
+    const std::string where = "messages[" + std::to_string(i) + "].content";
+    if (!m.contains("content") || m["content"].is_null()) return {};
+    const json& c = m["content"];
+    if (c.is_string()) return c.get<std::string>();
+    if (!c.is_array())
+        throw ApiError(400, "'" + where + "' must be a string or a list of parts", where);
+    std::string out;
+    for (const json& part : c) {
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+            throw ApiError(400, "each part of '" + where + "' must be an object with a 'type'",
+                           where);
+        const std::string type = part["type"].get<std::string>();
+        if (type != "text")
+            throw ApiError(400,
+                           "content parts of type '" + type +
+                               "' are not supported (only 'text'): this model reads text only",
+                           where);
+        if (!part.contains("text") || !part["text"].is_string())
+            throw ApiError(400, "a text part of '" + where + "' needs a string 'text'", where);
+        out += part["text"].get<std::string>();
+    }
+    return out;
+}
+
+std::vector<ChatMsg> parse_messages(const json& b) {
+    if (!b.contains("messages")) throw ApiError(400, "'messages' is required", "messages");
+    const json& ms = b["messages"];
+    if (!ms.is_array() || ms.empty())
+        throw ApiError(400, "'messages' must be a non-empty list", "messages");
+    std::vector<ChatMsg> out;
+    for (size_t i = 0; i < ms.size(); ++i) {
+        const json& m = ms[i];
+        const std::string where = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object()) throw ApiError(400, "'" + where + "' must be an object", where);
+        if (!m.contains("role") || !m["role"].is_string())
+            throw ApiError(400, "'" + where + ".role' must be a string", where + ".role");
+        const std::string role = m["role"].get<std::string>();
+        if (role != "system" && role != "user" && role != "assistant" && role != "developer" &&
+            role != "tool")
+            throw ApiError(400,
+                           "'" + where +
+                               ".role' must be system, user, assistant, developer or tool, got '" +
+                               role + "'",
+                           where + ".role");
+        ChatMsg msg{role == "developer" ? "system" : role, message_content(m, i), {}};
+        if (has(m, "tool_calls")) {
+            const json& tc = m["tool_calls"];
+            if (role != "assistant" || !tc.is_array())
+                throw ApiError(400,
+                               "'" + where + ".tool_calls' must be a list, on an assistant message",
+                               where + ".tool_calls");
+            for (const json& c : tc) {
+                const json* f = c.is_object() && c.contains("function") ? &c["function"] : nullptr;
+                if (!f || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
+                    throw ApiError(
+                        400, "each of '" + where + ".tool_calls' needs a function with a name",
+                        where + ".tool_calls");
+                ToolCallMsg call;
+                call.name = (*f)["name"].get<std::string>();
+                call.arguments = json::object();
+                if (f->contains("arguments")) {
+                    const json& a = (*f)["arguments"];
+                    // OpenAI sends the arguments as JSON text; the template
+                    // writes them as an object.
+                    call.arguments =
+                        a.is_string() ? json::parse(a.get<std::string>(), nullptr, false) : a;
+                    if (call.arguments.is_discarded())
+                        throw ApiError(
+                            400, "the arguments of '" + where + ".tool_calls' are not valid JSON",
+                            where + ".tool_calls");
+                }
+                msg.tool_calls.push_back(std::move(call));
+            }
+        }
+        out.push_back(std::move(msg));
+    }
+    return out;
+}
+
+std::vector<json> parse_tools(const json& b) {
+    std::vector<json> tools;
+    if (!has(b, "tools")) return tools;
+    const json& t = b["tools"];
+    if (!t.is_array()) throw ApiError(400, "'tools' must be a list", "tools");
+    for (const json& x : t) {
+        if (!x.is_object() || x.value("type", "") != "function" || !x.contains("function") ||
+            !x["function"].is_object() || !x["function"].contains("name") ||
+            !x["function"]["name"].is_string())
+            throw ApiError(
+                400, "each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                "tools");
+        tools.push_back(x);
+    }
+    if (has(b, "tool_choice")) {
+        const json& c = b["tool_choice"];
+        if (c.is_string() && c.get<std::string>() == "none") return {};
+        if (!(c.is_string() && c.get<std::string>() == "auto"))
+            throw ApiError(400,
+                           "'tool_choice' supports \"auto\" and \"none\" (a forced call is not "
+                           "supported)",
+                           "tool_choice");
+    }
+    return tools;
+}
+
+std::vector<int32_t> parse_prompt(const json& b, const tokenizer::Tokenizer& tok) {
+    if (!b.contains("prompt")) throw ApiError(400, "'prompt' is required", "prompt");
+    const json& p = b["prompt"];
+    if (p.is_string()) return tok.encode(p.get<std::string>(), true, true);
+    if (p.is_array() && p.size() == 1 && p[0].is_string())
+        return tok.encode(p[0].get<std::string>(), true, true);
+    if (p.is_array() && !p.empty() && p[0].is_number()) {
+        std::vector<int32_t> ids;
+        for (const json& t : p) {
+            if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab())
+                throw ApiError(400,
+                               "'prompt' token ids must be integers in [0, " +
+                                   std::to_string(tok.n_vocab()) + "), got " + t.dump(),
+                               "prompt");
+            ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+        }
+        return ids;
+    }
+    throw ApiError(400, "'prompt' must be a string or a list of token ids (one prompt per request)",
+                   "prompt");
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(const json& b, bool chat,
+                                           const tokenizer::Tokenizer& tok, int64_t n_ctx,
+                                           int32_t n_parallel, const ChatFlavor& flavor) {
+    CompletionRequest r;
+    r.chat = chat;
+    // Features not supported are refused by name rather than silently ignored.
+    if (has(b, "response_format")) {
+        const json& f = b["response_format"];
+        if (!(f.is_object() && f.value("type", "") == "text"))
+            throw ApiError(400, "'response_format' (JSON modes) is not supported",
+                           "response_format");
+    }
+    for (const char* k : {"functions", "function_call", "logit_bias"})
+        if (has(b, k)) throw ApiError(400, std::string("'") + k + "' is not supported yet", k);
+    if (has(b, "model")) {
+        if (!b["model"].is_string()) throw ApiError(400, "'model' must be a string", "model");
+        r.model = b["model"].get<std::string>();
+    }
+
+    // llama-server's sampling defaults.
+    auto& sp = r.gen.sampling;
+    sp.temp = 0.8f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.min_p = 0.05f;
+    sp.repeat_penalty = 1.0f;
+    if (has(b, "temperature")) sp.temp = static_cast<float>(get_number(b, "temperature", 0, 2));
+    if (has(b, "top_p")) sp.top_p = static_cast<float>(get_number(b, "top_p", 0, 1));
+    if (has(b, "top_k")) sp.top_k = static_cast<int32_t>(get_int(b, "top_k", 0, 1 << 30));
+    if (has(b, "min_p")) sp.min_p = static_cast<float>(get_number(b, "min_p", 0, 1));
+    if (has(b, "seed"))
+        sp.seed = static_cast<uint64_t>(get_int(b, "seed", INT64_MIN, INT64_MAX));
+    else
+        sp.seed = std::random_device{}();
+    if (has(b, "presence_penalty"))
+        r.gen.presence_penalty = static_cast<float>(get_number(b, "presence_penalty", -2, 2));
+    if (has(b, "frequency_penalty"))
+        r.gen.frequency_penalty = static_cast<float>(get_number(b, "frequency_penalty", -2, 2));
+    const char* max_key = has(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (has(b, max_key)) r.gen.n_predict = get_int(b, max_key, 0, INT32_MAX);
+    if (has(b, "n")) r.gen.n_samples = static_cast<int32_t>(get_int(b, "n", 1, n_parallel));
+    if (has(b, "ignore_eos")) r.gen.ignore_eos = get_bool(b, "ignore_eos");
+    if (has(b, "stream")) r.stream = get_bool(b, "stream");
+    if (has(b, "stream_options")) {
+        const json& so = b["stream_options"];
+        if (!so.is_object())
+            throw ApiError(400, "'stream_options' must be an object", "stream_options");
+        if (has(so, "include_usage")) r.include_usage = get_bool(so, "include_usage");
+    }
+    if (has(b, "stop")) {
+        const json& s = b["stop"];
+        if (s.is_string()) {
+            r.stops.push_back(s.get<std::string>());
+        } else if (s.is_array() && s.size() <= 16) {
+            for (const json& x : s) {
+                if (!x.is_string())
+                    throw ApiError(400, "'stop' must be a string or a list of strings", "stop");
+                r.stops.push_back(x.get<std::string>());
+            }
+        } else {
+            throw ApiError(400, "'stop' must be a string or a list of at most 16 strings", "stop");
+        }
+    }
+    if (chat) {
+        if (has(b, "logprobs")) r.logprobs = get_bool(b, "logprobs");
+        if (has(b, "top_logprobs")) {
+            r.gen.top_logprobs = static_cast<int32_t>(get_int(b, "top_logprobs", 0, 20));
+            if (!r.logprobs)
+                throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+        } else if (r.logprobs) {
+            r.gen.top_logprobs = 0;
+        }
+    } else if (has(b, "logprobs")) {
+        r.gen.top_logprobs = static_cast<int32_t>(get_int(b, "logprobs", 0, 5));
+        r.logprobs = true;
+    }
+    if (!chat && has(b, "echo") && get_bool(b, "echo"))
+        throw ApiError(400, "'echo' is not supported", "echo");
+    if (!chat && has(b, "suffix")) throw ApiError(400, "'suffix' is not supported", "suffix");
+
+    if (chat) {
+        auto messages = parse_messages(b);
+        bool no_think = false;
+        if (has(b, "chat_template_kwargs")) {
+            const json& k = b["chat_template_kwargs"];
+            if (!k.is_object())
+                throw ApiError(400, "'chat_template_kwargs' must be an object",
+                               "chat_template_kwargs");
+            if (has(k, "enable_thinking")) no_think = !get_bool(k, "enable_thinking");
+        }
+        const auto tools = parse_tools(b);
+        r.tools = !tools.empty();
+        r.think = flavor.qwen3 && !no_think;
+        const std::string text = render_chat(messages, tools, flavor, no_think);
+        r.gen.prompt = tok.encode(text, true, true);
+    } else {
+        r.gen.prompt = parse_prompt(b, tok);
+    }
+    const int64_t n_prompt = static_cast<int64_t>(r.gen.prompt.size());
+    if (n_prompt == 0) throw ApiError(400, "the prompt is empty", chat ? "messages" : "prompt");
+    if (n_prompt + 1 > n_ctx)
+        throw ApiError(400,
+                       "the prompt has " + std::to_string(n_prompt) +
+                           " tokens but the context holds " + std::to_string(n_ctx) +
+                           " (the prompt and at least one generated token must fit)",
+                       chat ? "messages" : "prompt");
+    return r;
+}
+
+}  // namespace minfer::serve

@@ -1,0 +1,58 @@
+// OpenAI's request and error shapes: a JSON body of /v1/chat/completions or
+// /v1/completions checked field by field (wrong types and out-of-range
+// values are ApiErrors naming the field, answered as 400) and turned into
+// the engine's GenParams; the error object every failure is answered with.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "serve/chat_prompt.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace minfer::serve {
+
+// An error answered as {"error":{"message","type","code","param"}}.
+class ApiError : public Error {
+  public:
+    ApiError(int status, const std::string& message, std::string param = {})
+        : Error(message), status(status), param(std::move(param)) {}
+    int status;
+    std::string param;
+};
+
+// OpenAI's error type names for an HTTP status.
+const char* error_type(int status);
+nlohmann::json error_body(int status, const std::string& message, const std::string& param = {});
+
+// Request bodies keep their keys' order (tools are rendered into the prompt as sent).
+using RequestJson = nlohmann::ordered_json;
+
+// One parsed completion request.
+struct CompletionRequest {
+    bool chat = false;
+    std::string model;
+    runtime::GenParams gen;
+    std::vector<std::string> stops;
+    bool stream = false;
+    bool include_usage = false;
+    bool logprobs = false;  // chat: "logprobs": true; completions: "logprobs": N
+    bool tools = false;     // chat: tools offered (replies parsed for <tool_call>)
+    bool think = false;     // chat: a Qwen3 reply may open with <think> (reasoning_content)
+};
+
+// Parses a body of /v1/chat/completions (chat) or /v1/completions.
+// The prompt is rendered (chat: ChatML) and tokenized here; n_ctx bounds the
+// prompt (a longer one is a 400 naming both counts). Throws ApiError.
+CompletionRequest parse_completion_request(const RequestJson& body, bool chat,
+                                           const tokenizer::Tokenizer& tok, int64_t n_ctx,
+                                           int32_t n_parallel, const ChatFlavor& flavor);
+
+// Parses the body text as a JSON object (400 naming the parse error).
+RequestJson parse_json_object(const std::string& body);
+
+}  // namespace minfer::serve
