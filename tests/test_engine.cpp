@@ -404,6 +404,48 @@ TEST(Engine, CancelFreesPagesAtOnce) {
     EXPECT_TRUE(e.idle());
 }
 
+// ignore_eos: the end-of-generation token is never sampled (its logit is
+// masked, as llama.cpp does), so greedy decoding that would stop at once runs
+// to n_predict without emitting it; without ignore_eos it stops on it.
+TEST(Engine, IgnoreEosNeverSamplesTheEndToken) {
+    const model::Model& m = tiny();
+    std::mt19937 rng(3);
+    runtime::GenParams gp;
+    gp.prompt = random_tokens(rng, 20, static_cast<int32_t>(m.hp.n_vocab));
+    gp.n_predict = 6;
+    gp.sampling.temp = 0.0f;
+    auto run = [&](const runtime::EngineOptions& o, bool ignore_eos, std::vector<int32_t>& toks) {
+        runtime::Engine e(m, o);
+        runtime::GenParams p = gp;
+        p.ignore_eos = ignore_eos;
+        runtime::RequestResult res;
+        runtime::RequestCallbacks cb;
+        cb.on_token = [&](const runtime::TokenEvent& ev) {
+            toks.push_back(ev.token);
+            return true;
+        };
+        cb.on_finish = [&](const runtime::RequestResult& r) { res = r; };
+        e.submit(p, cb);
+        while (e.step()) {
+        }
+        return res;
+    };
+    // The greedy first token, with no end token at all.
+    std::vector<int32_t> free_run;
+    run(small_options(256, 64, 2), false, free_run);
+    ASSERT_EQ(free_run.size(), 6u);
+    // Make that token the end token.
+    runtime::EngineOptions o = small_options(256, 64, 2);
+    o.eog_ids = {free_run[0]};
+    std::vector<int32_t> stopped, ignored;
+    EXPECT_EQ(run(o, false, stopped).reason, runtime::FinishReason::Stop);
+    EXPECT_TRUE(stopped.empty());  // the end token is not delivered as text
+    const runtime::RequestResult r = run(o, true, ignored);
+    EXPECT_EQ(r.reason, runtime::FinishReason::Length);
+    ASSERT_EQ(ignored.size(), 6u);
+    for (int32_t t : ignored) EXPECT_NE(t, free_run[0]);
+}
+
 TEST(Engine, ForkedSamplesSharePromptPages) {
     const model::Model& m = tiny();
     std::mt19937 rng(5);

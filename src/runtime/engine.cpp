@@ -13,6 +13,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -312,6 +313,12 @@ bool Engine::Impl::sample(Seq& s, const float* logits) {
         for (const auto& [tok, count] : s.out_counts)
             row[static_cast<size_t>(tok)] -=
                 gp.presence_penalty + gp.frequency_penalty * static_cast<float>(count);
+    // ignore_eos (llama.cpp's meaning): end-of-generation tokens are never
+    // sampled, rather than sampled and then not honoured.
+    if (gp.ignore_eos)
+        for (int32_t e : eog)
+            if (e >= 0 && static_cast<size_t>(e) < n_vocab)
+                row[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
     const int32_t tok = s.sampler->sample(row);
     s.sampler->accept(tok);
     ++s.out_counts[tok];
