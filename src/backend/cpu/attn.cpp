@@ -189,17 +189,9 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
     // K and V rows as floats, gathered page by page (each page a contiguous
     // run of cells; an f16 cache is converted once per call). Rows past
     // n_kv_max are zero (read only by the masked key steps).
-    for (int64_t j0 = 0; j0 < n_kv_max;) {
-        int64_t cell = j0, run = n_kv_max - j0;
-        if (a.pages) {
-            const int64_t in_page = j0 % a.page_cells;
-            cell = int64_t{a.pages[j0 / a.page_cells]} * a.page_cells + in_page;
-            run = std::min(run, a.page_cells - in_page);
-        }
-        gather_rows(a.f16, a.k, a.v, cell * a.kv_row + a.off, a.kv_row, run, hd, kf + j0 * hd,
-                    vf + j0 * hd);
-        j0 += run;
-    }
+    for_each_kv_run(a, n_kv_max, [&](int64_t j0, int64_t first, int64_t run) {
+        gather_rows(a.f16, a.k, a.v, first, a.kv_row, run, hd, kf + j0 * hd, vf + j0 * hd);
+    });
     for (int64_t j = n_kv_max; j < n_kv_pad; ++j)
         for (int64_t d = 0; d < hd; d += 16) {
             _mm512_storeu_ps(kf + j * hd + d, _mm512_setzero_ps());
@@ -303,29 +295,6 @@ MINFER_AVX2 inline float hmax8(__m256 x) {
     return _mm_cvtss_f32(s);
 }
 
-// exp(x) for x <= 88, as simd::exp_ps (degree-6 Taylor on the reduced
-// argument), with 2^n built in the exponent bits (AVX2 has no scalef);
-// x below -87 (where 2^n would leave the normal range, and -inf for masked
-// keys) gives exactly 0.
-MINFER_AVX2 inline __m256 exp8(__m256 x) {
-    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e =
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
 constexpr int kMaxVecs8 = 2 * kMaxVecs;  // head_dim <= 256 in 8-float vectors
 
 // Scores of one query against `count` contiguous key rows (k: the first
@@ -387,13 +356,13 @@ MINFER_AVX2 void attn_head_avx2(bool f16, const float* q, const void* k, const v
         for (int64_t h = j; h < std::min(n_kv, j + 16); h += 8) {
             const int64_t left = n_kv - h;
             if (left >= 8) {
-                const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + h), vm));
+                const __m256 e = simd::exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(s + h), vm));
                 _mm256_storeu_ps(s + h, e);
                 part = _mm256_add_ps(part, e);
             } else {
                 alignas(32) float t[8];
                 for (int u = 0; u < 8; ++u) t[u] = u < left ? s[h + u] : -INFINITY;
-                const __m256 e = exp8(_mm256_sub_ps(_mm256_load_ps(t), vm));
+                const __m256 e = simd::exp8_ps(_mm256_sub_ps(_mm256_load_ps(t), vm));
                 _mm256_store_ps(t, e);
                 for (int u = 0; u < left; ++u) s[h + u] = t[u];
                 part = _mm256_add_ps(part, e);
@@ -526,29 +495,22 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
     // run of cells, as in attn_rows_avx512; an f16 cache is converted once
     // per call). Key steps past n_kv_max clamp to the last row (see
     // rows_scores_run_avx2), so the padding rows are never read.
-    for (int64_t j0 = 0; j0 < n_kv_max;) {
-        int64_t cell = j0, run = n_kv_max - j0;
-        if (a.pages) {
-            const int64_t in_page = j0 % a.page_cells;
-            cell = int64_t{a.pages[j0 / a.page_cells]} * a.page_cells + in_page;
-            run = std::min(run, a.page_cells - in_page);
-        }
-        const int64_t first = cell * a.kv_row + a.off;
+    for_each_kv_run(a, n_kv_max, [&](int64_t j0, int64_t first, int64_t run) {
         if (a.f16) {
             rows_to_f32_run_avx2(static_cast<const uint16_t*>(a.k) + first, a.kv_row, run, hd,
                                  kf + j0 * hd);
             rows_to_f32_run_avx2(static_cast<const uint16_t*>(a.v) + first, a.kv_row, run, hd,
                                  vf + j0 * hd);
-        } else {
-            for (int64_t j = 0; j < run; ++j) {
-                std::memcpy(kf + (j0 + j) * hd, static_cast<const float*>(a.k) + first + j * a.kv_row,
-                            static_cast<size_t>(hd) * sizeof(float));
-                std::memcpy(vf + (j0 + j) * hd, static_cast<const float*>(a.v) + first + j * a.kv_row,
-                            static_cast<size_t>(hd) * sizeof(float));
-            }
+            return;
         }
-        j0 += run;
-    }
+        for (int64_t j = 0; j < run; ++j) {
+            const size_t src = static_cast<size_t>(first + j * a.kv_row);
+            std::memcpy(kf + (j0 + j) * hd, static_cast<const float*>(a.k) + src,
+                        static_cast<size_t>(hd) * sizeof(float));
+            std::memcpy(vf + (j0 + j) * hd, static_cast<const float*>(a.v) + src,
+                        static_cast<size_t>(hd) * sizeof(float));
+        }
+    });
     const float* kr = kf;
     const float* vr = vf;
     const int64_t k_stride = hd;
@@ -568,7 +530,7 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
             __m256 part = _mm256_setzero_ps();
             for (int64_t j = j0; j < std::min(n_kv_max, j0 + 16); ++j) {
                 float* sj = stv + j * st_stride;
-                const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sj), mx));
+                const __m256 e = simd::exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(sj), mx));
                 _mm256_storeu_ps(sj, e);
                 part = _mm256_add_ps(part, e);
             }

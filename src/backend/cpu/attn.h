@@ -48,6 +48,23 @@ struct AttnRows {
     float* out = nullptr;
     int64_t out_stride = 0;
 };
+// The keys [0, n_kv) of a's sequence as contiguous runs of cells (a page
+// each, or one run without a page table): fn(j0, first, run) for keys
+// [j0, j0 + run), `first` the element offset of key j0's row (this head's
+// slice) in the region bases. Every SIMD kernel gathers K and V through it.
+template <class Fn>
+void for_each_kv_run(const AttnRows& a, int64_t n_kv, Fn&& fn) {
+    for (int64_t j0 = 0; j0 < n_kv;) {
+        int64_t cell = j0, run = n_kv - j0;
+        if (a.pages) {
+            const int64_t in_page = j0 % a.page_cells;
+            cell = int64_t{a.pages[j0 / a.page_cells]} * a.page_cells + in_page;
+            run = run < a.page_cells - in_page ? run : a.page_cells - in_page;
+        }
+        fn(j0, cell * a.kv_row + a.off, run);
+        j0 += run;
+    }
+}
 // At most this many rows (n_tokens * group) per call.
 constexpr int64_t kAttnMaxRows = 128;
 // Floats of scratch attn_rows_simd needs.

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "backend/cpu/isa.h"
 #include "backend/cpu/arm/neon.h"
+#include "backend/cpu/isa.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -59,33 +59,12 @@ MINFER_AVX512 double sum_squares_avx512(const float* x, int64_t n) {
 // The AVX2 level: the same arithmetic on 8 lanes.
 #define MINFER_AVX2_VEC __attribute__((target("avx2,fma")))
 
-// simd::exp_ps's reduction and polynomial; 2^n by adding n to the exponent
-// bits, so x is clamped to [-87, 88] where 2^n stays a normal float (silu's
-// argument beyond that gives a / e^88 ~ 1e-36 instead of ~0).
-MINFER_AVX2_VEC inline __m256 exp_avx2(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e =
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
 MINFER_AVX2_VEC void swiglu_avx2(const float* a, const float* b, float* y, int64_t n) {
     int64_t i = 0;
     const __m256 one = _mm256_set1_ps(1.0f);
     for (; i + 8 <= n; i += 8) {
         const __m256 x = _mm256_loadu_ps(a + i);
-        const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        const __m256 e = simd::exp8_ps(_mm256_sub_ps(_mm256_setzero_ps(), x));
         __m256 r = _mm256_div_ps(x, _mm256_add_ps(one, e));
         if (b) r = _mm256_mul_ps(r, _mm256_loadu_ps(b + i));
         _mm256_storeu_ps(y + i, r);

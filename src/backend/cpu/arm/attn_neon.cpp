@@ -113,14 +113,14 @@ void attn_rows_simd(const AttnRows& a, float* scratch) {
         uint8_t* vg = kg + static_cast<size_t>(n_kv_max * a.hd) * elt;
         const auto* kb = static_cast<const uint8_t*>(a.k);
         const auto* vb = static_cast<const uint8_t*>(a.v);
-        for (int64_t j = 0; j < n_kv_max; ++j) {
-            const int64_t cell =
-                int64_t{a.pages[j / a.page_cells]} * a.page_cells + j % a.page_cells;
-            const size_t src = static_cast<size_t>(cell * a.kv_row + a.off) * elt;
-            const size_t dst = static_cast<size_t>(j * a.hd) * elt;
-            std::memcpy(kg + dst, kb + src, static_cast<size_t>(a.hd) * elt);
-            std::memcpy(vg + dst, vb + src, static_cast<size_t>(a.hd) * elt);
-        }
+        for_each_kv_run(a, n_kv_max, [&](int64_t j0, int64_t first, int64_t run) {
+            for (int64_t j = 0; j < run; ++j) {
+                const size_t src = static_cast<size_t>(first + j * a.kv_row) * elt;
+                const size_t dst = static_cast<size_t>((j0 + j) * a.hd) * elt;
+                std::memcpy(kg + dst, kb + src, static_cast<size_t>(a.hd) * elt);
+                std::memcpy(vg + dst, vb + src, static_cast<size_t>(a.hd) * elt);
+            }
+        });
         k = kg;
         v = vg;
         kv_row = a.hd;
