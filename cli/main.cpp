@@ -29,7 +29,9 @@ const Subcommand kSubcommands[] = {
     {"batched-bench", minfer::cli::cmd_batched_bench,
      "throughput of many sequences in one engine, llama-batched-bench style"},
     {"viz", minfer::cli::cmd_viz, "write an HTML page of the graph and its buffers"},
+#ifdef MINFER_WITH_SERVER
     {"serve", minfer::cli::cmd_serve, "an OpenAI-compatible HTTP server with a chat page"},
+#endif
 };
 
 void print_top_help() {

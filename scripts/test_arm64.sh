@@ -52,7 +52,7 @@ fi
 #    and emulated timings mean nothing).
 export MINFER_ARM64_DEPS="$deps"
 cmake -S . -B "$out" -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Release \
-  -DMINFER_BUILD_BENCH=OFF -DGTest_DIR="$deps/lib/cmake/GTest" \
+  -DMINFER_BUILD_BENCH=OFF -DMINFER_SERVER=OFF -DGTest_DIR="$deps/lib/cmake/GTest" \
   -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" >/dev/null
 cmake --build "$out" -j"$jobs"
 lap "minfer built for arm64"
