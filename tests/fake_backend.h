@@ -3,6 +3,7 @@
 // Lets the allocator, cache and scheduler be tested without the kernels.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -53,10 +54,16 @@ class FakeBackend : public backend::Backend {
         const size_t n = out.len / sizeof(float);
         auto* o = reinterpret_cast<float*>(pool.resolve(out));
         auto in = [&](size_t i) { return reinterpret_cast<const float*>(pool.resolve(srcs[i])); };
-        // Read everything first: out may alias src0 (in place).
+        // Read everything first: out may alias src0 (in place). A source may
+        // be shorter than the output (a KV store's output is the whole
+        // region): only its own bytes are read, the rest counts as zero.
         std::vector<float> a(n), b(n);
-        if (!srcs.empty()) std::memcpy(a.data(), in(0), n * sizeof(float));
-        if (srcs.size() > 1) std::memcpy(b.data(), in(1), n * sizeof(float));
+        auto take = [&](size_t i, std::vector<float>& dst) {
+            const size_t m = std::min(n, srcs[i].len / sizeof(float));
+            std::memcpy(dst.data(), in(i), m * sizeof(float));
+        };
+        if (!srcs.empty()) take(0, a);
+        if (srcs.size() > 1) take(1, b);
         for (size_t i = 0; i < n; ++i) {
             const float silu = a[i] / (1.0f + std::exp(-a[i]));
             switch (node.op) {
