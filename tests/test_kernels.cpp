@@ -369,8 +369,11 @@ TEST(CpuMatMul, GemmPathEqualsTokenByTokenDots) {
         for (DType t :
              {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
             if (!cpu::gemm_supported(t, K)) {
-                // every SIMD level has a GEMM for these types
+#if defined(__x86_64__)
+                // every x86-64 SIMD level has a GEMM for these types (ARM64
+                // has none yet: its prompts run the NEON dot products)
                 EXPECT_EQ(level, cpu::IsaLevel::Scalar) << dtype_name(t);
+#endif
                 return;
             }
             Weight a = make_weight(t, K, 21, 1), b = make_weight(t, K, 6, 2),
@@ -417,7 +420,9 @@ TEST(CpuMatMul, GemmRowOfATokenIsBitwiseTheSameInAnyBatch) {
         std::vector<float> x = random_floats(static_cast<size_t>(K * 19), 23);
         minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
             if (!cpu::gemm_supported(t, K)) {
+#if defined(__x86_64__)
                 EXPECT_EQ(level, cpu::IsaLevel::Scalar) << dtype_name(t);
+#endif
                 return;
             }
             ThreadPool p1(1), p2(2);
