@@ -136,12 +136,12 @@ void register_all() {
     }
 }
 
-// Causal attention of a 512-token prompt from an empty cache, Qwen2.5-0.5B's
-// heads (14 q / 2 kv, head_dim 64), f32 or f16 cache; GOP/s counts the
-// score and sum multiply-adds (2 * 2 * head_dim per (token, head, key)).
-void BM_Attn(benchmark::State& state, tensor::DType kv_type) {
-    const int64_t n = 512, n_head = 14, n_head_kv = 2, hd = 64, n_ctx = 512;
-    const int64_t nq = n_head * hd, kv = n_head_kv * hd;
+// One layer's causal attention: n tokens after `depth` cached ones, random
+// q, K and V (f32 or f16 cache); GOP/s counts the score and sum
+// multiply-adds (2 * 2 * head_dim per (token, head, key)).
+void run_attn(benchmark::State& state, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n,
+              int64_t depth, tensor::DType kv_type) {
+    const int64_t n_ctx = depth + n, nq = n_head * hd, kv = n_head_kv * hd;
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> q(static_cast<size_t>(nq * n)), out(q.size());
@@ -159,14 +159,14 @@ void BM_Attn(benchmark::State& state, tensor::DType kv_type) {
         }
     }
     std::vector<int32_t> pos(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(depth + i);
     graph::Node node;
     node.op = graph::Op::Attn;
     node.name = "attn";
     node.ne = {nq, n, 1, 1};
-    node.meta.n_head = n_head;
-    node.meta.n_head_kv = n_head_kv;
-    node.meta.head_dim = hd;
+    node.meta.n_head = static_cast<int32_t>(n_head);
+    node.meta.n_head_kv = static_cast<int32_t>(n_head_kv);
+    node.meta.head_dim = static_cast<int32_t>(hd);
     node.meta.n_ctx = n_ctx;
     node.meta.kv_type = kv_type;
     cpu::NodeData d;
@@ -180,55 +180,27 @@ void BM_Attn(benchmark::State& state, tensor::DType kv_type) {
         cpu::run_node(node, d, pool);
         benchmark::DoNotOptimize(out.data());
     }
-    const double pairs = static_cast<double>(n) * (n + 1) / 2 * n_head;
+    const double pairs = (static_cast<double>(n) * static_cast<double>(depth) +
+                          static_cast<double>(n) * (n + 1) / 2) *
+                         static_cast<double>(n_head);
     state.counters["GOP/s"] = benchmark::Counter(4.0 * hd * pairs * state.iterations() / 1e9,
                                                  benchmark::Counter::kIsRate);
+}
+
+// A 512-token prompt from an empty cache, Qwen2.5-0.5B's heads (14 q / 2 kv,
+// head_dim 64), f32 or f16 cache.
+void BM_Attn(benchmark::State& state, tensor::DType kv_type) {
+    run_attn(state, 14, 2, 64, 512, 0, kv_type);
 }
 BENCHMARK_CAPTURE(BM_Attn, f32, tensor::DType::F32)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Attn, f16, tensor::DType::F16)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// One layer's attention at depth: n tokens (args: 512 = a prompt chunk, 1 =
-// a decode step) after 4096 cached ones, f16 cache, the heads of
-// Qwen2.5-0.5B (14 q / 2 kv, head_dim 64) or Qwen3-0.6B (16 / 8, 128).
-// MINFER_CPU=avx2 | scalar caps the kernels (compare the levels).
+// At depth: n tokens (args: 512 = a prompt chunk, 1 = a decode step) after
+// 4096 cached ones, f16 cache, the heads of Qwen2.5-0.5B (14 q / 2 kv,
+// head_dim 64) or Qwen3-0.6B (16 / 8, 128). MINFER_CPU=avx2 | scalar caps the
+// kernels (compare the levels).
 void BM_AttnDepth(benchmark::State& state, int64_t n_head, int64_t n_head_kv, int64_t hd) {
-    const int64_t n = state.range(0), depth = 4096, n_ctx = depth + n;
-    const int64_t nq = n_head * hd, kv = n_head_kv * hd;
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> q(static_cast<size_t>(nq * n)), out(q.size());
-    std::vector<uint16_t> K(static_cast<size_t>(kv * n_ctx)), V(K.size());
-    for (auto& x : q) x = u(rng);
-    for (size_t i = 0; i < K.size(); ++i) {
-        K[i] = tensor::fp32_to_fp16(u(rng));
-        V[i] = tensor::fp32_to_fp16(u(rng));
-    }
-    std::vector<int32_t> pos(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(depth + i);
-    graph::Node node;
-    node.op = graph::Op::Attn;
-    node.name = "attn";
-    node.ne = {nq, n, 1, 1};
-    node.meta.n_head = static_cast<int32_t>(n_head);
-    node.meta.n_head_kv = static_cast<int32_t>(n_head_kv);
-    node.meta.head_dim = static_cast<int32_t>(hd);
-    node.meta.n_ctx = n_ctx;
-    node.meta.kv_type = DType::F16;
-    cpu::NodeData d;
-    d.src = {q.data(), nullptr, pos.data()};
-    d.src_ne = {{nq, n, 1, 1}, {kv, n_ctx, 1, 1}, {n, 1, 1, 1}};
-    d.out = out.data();
-    d.k = K.data();
-    d.v = V.data();
-    ThreadPool pool(bench_threads());
-    for (auto _ : state) {
-        cpu::run_node(node, d, pool);
-        benchmark::DoNotOptimize(out.data());
-    }
-    const double pairs = (static_cast<double>(n) * depth + static_cast<double>(n) * (n + 1) / 2) *
-                         static_cast<double>(n_head);
-    state.counters["GOP/s"] = benchmark::Counter(4.0 * hd * pairs * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+    run_attn(state, n_head, n_head_kv, hd, state.range(0), 4096, DType::F16);
 }
 BENCHMARK_CAPTURE(BM_AttnDepth, qwen25, 14, 2, 64)
     ->Arg(512)

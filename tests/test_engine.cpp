@@ -33,16 +33,9 @@ using minfer::testing::TinyModelSpec;
 
 namespace {
 
-struct Loaded {
-    std::vector<uint8_t> bytes;
-    model::Model model;
-};
-
-std::unique_ptr<Loaded> load(const TinyModelSpec& s) {
-    auto l = std::make_unique<Loaded>();
-    l->bytes = minfer::testing::make_tiny_model(s).to_bytes();
-    l->model = model::Model::from_file(gguf::File::parse(l->bytes.data(), l->bytes.size()));
-    return l;
+using Loaded = minfer::testing::LoadedTinyModel;
+auto load(const TinyModelSpec& s) {
+    return minfer::testing::load_tiny_model(s);
 }
 
 const model::Model& tiny() {

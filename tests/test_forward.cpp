@@ -17,16 +17,8 @@ using minfer::testing::TinyModelSpec;
 
 namespace {
 
-struct Loaded {
-    std::vector<uint8_t> bytes;
-    model::Model model;
-};
-
-std::unique_ptr<Loaded> load(const TinyModelSpec& s) {
-    auto l = std::make_unique<Loaded>();
-    l->bytes = minfer::testing::make_tiny_model(s).to_bytes();
-    l->model = model::Model::from_file(gguf::File::parse(l->bytes.data(), l->bytes.size()));
-    return l;
+auto load(const TinyModelSpec& s) {
+    return minfer::testing::load_tiny_model(s);
 }
 
 const std::vector<int32_t> kPrompt = {5, 77, 260, 13, 256, 99, 150, 3, 42, 200, 7, 257};

@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "tensor/dtype.h"
 #include "tensor/quants.h"
 
@@ -174,6 +176,19 @@ inline gguf::Writer make_tiny_model(const TinyModelSpec& s) {
             s.weight_type);
     }
     return w;
+}
+
+// A tiny model loaded from its bytes; the bytes stay alive beside the model
+// (its weights point into them).
+struct LoadedTinyModel {
+    std::vector<uint8_t> bytes;
+    model::Model model;
+};
+inline std::unique_ptr<LoadedTinyModel> load_tiny_model(const TinyModelSpec& s) {
+    auto l = std::make_unique<LoadedTinyModel>();
+    l->bytes = make_tiny_model(s).to_bytes();
+    l->model = model::Model::from_file(gguf::File::parse(l->bytes.data(), l->bytes.size()));
+    return l;
 }
 
 }  // namespace minfer::testing

@@ -31,6 +31,30 @@ bool has_avx512() {
     return isa_at_least(IsaLevel::Avx512);
 }
 
+// The query rows of one many-rows call, transposed for the SIMD kernels:
+// qt [n_rows_pad / lanes][hd][lanes], row r = (token r / group, head r %
+// group), rounded through f16 for an f16 cache (as ggml), padding rows zero;
+// row_kv [n_rows_pad] each row's key count (padding rows see key 0 only: a
+// finite softmax, never stored). Shared by the AVX-512 (16 lanes) and AVX2
+// (8 lanes) kernels.
+__attribute__((target("f16c"))) void transpose_q_rows(const AttnRows& a, int64_t lanes,
+                                                      int64_t n_rows_pad, float* qt,
+                                                      int32_t* row_kv) {
+    const int64_t hd = a.hd, rows = a.n_tokens * a.group;
+    for (int64_t r = 0; r < n_rows_pad; ++r) {
+        row_kv[r] = r < rows ? a.n_kv[r / a.group] : 1;
+        for (int64_t d = 0; d < hd; ++d) {
+            float x = 0.0f;
+            if (r < rows) {
+                x = a.q[(r / a.group) * a.q_stride + (r % a.group) * hd + d];
+                if (a.f16)
+                    x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            }
+            qt[((r / lanes) * hd + d) * lanes + r % lanes] = x;
+        }
+    }
+}
+
 MINFER_AVX512 inline __m512 load16(bool f16, const void* base, int64_t i) {
     if (f16)
         return _mm512_cvtph_ps(_mm256_loadu_si256(
@@ -173,19 +197,7 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
     float* kf = reinterpret_cast<float*>(row_kv + st_stride);
     float* vf = kf + n_kv_pad * hd;
 
-    for (int64_t r = 0; r < st_stride; ++r) {
-        // padding rows see key 0 only (finite softmax, never stored)
-        row_kv[r] = r < rows ? a.n_kv[r / a.group] : 1;
-        for (int64_t d = 0; d < hd; ++d) {
-            float x = 0.0f;
-            if (r < rows) {
-                x = a.q[(r / a.group) * a.q_stride + (r % a.group) * hd + d];
-                if (a.f16)
-                    x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            }
-            qt[((r / 16) * hd + d) * 16 + r % 16] = x;
-        }
-    }
+    transpose_q_rows(a, 16, st_stride, qt, row_kv);
     // K and V rows as floats, gathered page by page (each page a contiguous
     // run of cells; an f16 cache is converted once per call). Rows past
     // n_kv_max are zero (read only by the masked key steps).
@@ -470,8 +482,8 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
     for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
     const int64_t n_kv_pad = (n_kv_max + kKeysPerStep - 1) / kKeysPerStep * kKeysPerStep;
     // scratch (fits attn_rows_scratch_floats, sized for 16 lanes): q^T
-    // [nrv][hd][8] | scores [n_kv_pad][nrv * 8] | row n_kv [nrv * 8] | with
-    // f16: K and V rows as floats [n_kv_pad][hd] each
+    // [nrv][hd][8] | scores [n_kv_pad][nrv * 8] | row n_kv [nrv * 8] | K and
+    // V rows as floats [n_kv_pad][hd] each
     float* qt = scratch;
     float* st = qt + nrv * hd * 8;
     const int64_t st_stride = nrv * 8;
@@ -479,18 +491,7 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
     float* kf = reinterpret_cast<float*>(row_kv + st_stride);
     float* vf = kf + n_kv_pad * hd;
 
-    for (int64_t r = 0; r < st_stride; ++r) {
-        row_kv[r] = r < rows ? a.n_kv[r / a.group] : 1;  // padding rows see key 0 only
-        for (int64_t d = 0; d < hd; ++d) {
-            float x = 0.0f;
-            if (r < rows) {
-                x = a.q[(r / a.group) * a.q_stride + (r % a.group) * hd + d];
-                if (a.f16)
-                    x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-            }
-            qt[((r / 8) * hd + d) * 8 + r % 8] = x;
-        }
-    }
+    transpose_q_rows(a, 8, st_stride, qt, row_kv);
     // K and V rows as floats, gathered page by page (each page a contiguous
     // run of cells, as in attn_rows_avx512; an f16 cache is converted once
     // per call). Key steps past n_kv_max clamp to the last row (see
