@@ -24,6 +24,13 @@ test("type a message, see a streamed reply", async () => {
     page.on("request", (r) => { if (!r.url().startsWith(origin)) elsewhere.push(r.url()); });
     await page.goto(origin + "/", { waitUntil: "networkidle0" });
     await page.waitForFunction(() => document.getElementById("model").textContent.includes("kjv"));
+    // A slow network, so the reply is seen to grow however fast the model is:
+    // the tiny model writes its 40 tokens in ~20 ms, and on loopback every
+    // event would reach the page in one read. ~4 KB/s spreads the ~10 KB of
+    // events over a few seconds, as a remote server's would arrive.
+    const cdp = await page.createCDPSession();
+    await cdp.send("Network.emulateNetworkConditions",
+                   { offline: false, latency: 20, downloadThroughput: 4096, uploadThroughput: 65536 });
     await page.$eval("#max", (e) => { e.value = "40"; });
     await page.$eval("#temp", (e) => { e.value = "0"; });
 
