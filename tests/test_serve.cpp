@@ -434,6 +434,26 @@ TEST_F(Serve, ClientGoneCancelsAndFreesPages) {
     EXPECT_EQ(j["usage"]["completion_tokens"], 3);
 }
 
+// The same for a non-streaming request: nothing has been written when the
+// client gives up, and the server still notices and stops generating.
+TEST_F(Serve, ClientGoneWithoutStreamingCancelsToo) {
+    ASSERT_TRUE(wait_idle(10));
+    const int max_tokens = 900;  // ~1 s or more of generation on the tiny model
+    const double generated_before = metric("minfer_generated_tokens_total");
+    ASSERT_GE(generated_before, 0);
+    auto c = client();
+    c.set_read_timeout(0, 200 * 1000);  // give up after 200 ms: the client closes the socket
+    auto r = c.Post("/v1/chat/completions", auth(), chat_body("And God said", max_tokens).dump(),
+                    "application/json");
+    EXPECT_FALSE(r) << "the answer came within 200 ms; the test needs a longer generation";
+    EXPECT_TRUE(wait_idle(10)) << "pages still used after the client left: "
+                               << metric("minfer_kv_pages_used");
+    const double generated = metric("minfer_generated_tokens_total") - generated_before;
+    EXPECT_LT(generated, max_tokens) << "the request ran to its end after its client left";
+    json j = post_ok("/v1/chat/completions", chat_body("And God said", 3));
+    EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+}
+
 TEST_F(Serve, ConcurrentRequestsGetTheirOwnAnswers) {
     const std::vector<std::string> prompts = {"And God said", "In the beginning",
                                               "The LORD is my shepherd", "Blessed are"};

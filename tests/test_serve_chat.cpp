@@ -139,8 +139,60 @@ TEST(ServeChatPrompt, Qwen3ThinkingAndToolCalls) {
     EXPECT_EQ(got,
               "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
               "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n"
-              "<|im_start|>assistant\nChecking.\n<tool_call>\n{\"name\": \"w\", \"arguments\": "
-              "{}}\n</tool_call><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+              // The last message, after the last query: the template gives it
+              // a think block even when empty (checked against the GGUF's
+              // jinja template rendered by Jinja2).
+              "<|im_start|>assistant\n<think>\n\n</think>\n\nChecking.\n<tool_call>\n{\"name\": "
+              "\"w\", \"arguments\": {}}\n</tool_call><|im_end|>\n<|im_start|>assistant\n<think>\n\n"
+              "</think>\n\n");
+}
+
+// Qwen3's template shows reasoning again only in the assistant turns after
+// the last real user query (a tool-calling run in progress); earlier turns
+// keep only their text after </think>. The reasoning may come inside content
+// or as reasoning_content, as clients send it back.
+TEST(ServeChatPrompt, Qwen3KeepsReasoningOfTheCurrentToolRun) {
+    ChatFlavor f = minfer::serve::chat_flavor("{%- if enable_thinking is defined %}", true);
+    const ojson no_args = ojson::object();
+    std::vector<ChatMsg> in_content = {
+        {"system", "Be brief.", {}},
+        {"user", "2+2?", {}},
+        {"assistant", "<think>\nadd\n</think>\n\n4", {}},
+        {"user", "Weather?", {}},
+        {"assistant", "<think>\nneed a tool\n</think>\n\n", {{"w", no_args}}},
+        {"tool", "sunny", {}},
+    };
+    const std::string want =
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+        "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\nneed a tool\n</think>\n\n<tool_call>\n{\"name\": "
+        "\"w\", \"arguments\": {}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n"
+        "sunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+    EXPECT_EQ(minfer::serve::render_chat(in_content, {}, f, false), want);
+
+    std::vector<ChatMsg> as_field = in_content;
+    as_field[2].content = "4";
+    as_field[2].reasoning = "add";
+    as_field[4].content = "";
+    as_field[4].reasoning = "\nneed a tool\n";
+    EXPECT_EQ(minfer::serve::render_chat(as_field, {}, f, false), want);
+
+    // A user turn that only carries tool results is not a query: the run
+    // (and its reasoning) continues past it.
+    std::vector<ChatMsg> wrapped = in_content;
+    wrapped[5] = {"user", "<tool_response>\nsunny\n</tool_response>", {}};
+    EXPECT_NE(minfer::serve::render_chat(wrapped, {}, f, false).find("<think>\nneed a tool"),
+              std::string::npos);
+    // After a new query the earlier run's reasoning is dropped.
+    std::vector<ChatMsg> later = in_content;
+    later.push_back({"user", "Thanks", {}});
+    EXPECT_EQ(minfer::serve::render_chat(later, {}, f, false).find("need a tool"), std::string::npos);
+
+    // Qwen2.5 has no reasoning: content is written as sent.
+    ChatFlavor q25;
+    EXPECT_NE(minfer::serve::render_chat(in_content, {}, q25, false)
+                  .find("<|im_start|>assistant\n<think>\nadd\n</think>\n\n4<|im_end|>"),
+              std::string::npos);
 }
 
 TEST(ServeChatPrompt, PythonJsonSpacing) {

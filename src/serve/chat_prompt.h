@@ -7,6 +7,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct ChatMsg {
     std::string role;  // system, user, assistant, tool
     std::string content;
     std::vector<ToolCallMsg> tool_calls;  // assistant only
+    // An assistant turn's reasoning_content as the client sent it back
+    // (Qwen3): shown again inside <think> when the turn follows the last
+    // user query. Absent: taken from a <think> block in content, if any.
+    std::optional<std::string> reasoning = std::nullopt;
 };
 
 struct ChatFlavor {

@@ -138,6 +138,13 @@ std::vector<ChatMsg> parse_messages(const json& b) {
                                role + "'",
                            where + ".role");
         ChatMsg msg{role == "developer" ? "system" : role, message_content(m, i), {}};
+        // A reply's reasoning, as a client that keeps it sends it back.
+        if (role == "assistant" && has(m, "reasoning_content")) {
+            if (!m["reasoning_content"].is_string())
+                throw ApiError(400, "'" + where + ".reasoning_content' must be a string",
+                               where + ".reasoning_content");
+            msg.reasoning = m["reasoning_content"].get<std::string>();
+        }
         if (has(m, "tool_calls")) {
             const json& tc = m["tool_calls"];
             if (role != "assistant" || !tc.is_array())

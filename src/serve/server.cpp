@@ -1,12 +1,17 @@
 #include "serve/server.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -52,6 +57,60 @@ int64_t unix_time() {
     return std::chrono::duration_cast<std::chrono::seconds>(
                std::chrono::system_clock::now().time_since_epoch())
         .count();
+}
+
+// ---- noticing a client that hung up on a non-streaming request ----
+// cpp-httplib 0.11 (Debian 12's) neither hands a handler its socket nor
+// tells a handler that has not begun writing that the client left, so a
+// non-streaming request whose client gave up would run to its end. Its
+// connection is the one socket of this process with the request's peer
+// address and port and local port; the handler's thread owns it (httplib
+// closes it only after the handler returns), so the descriptor is stable.
+
+bool endpoint_is(int fd, bool peer, const std::string& addr, int port) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    auto* sa = reinterpret_cast<sockaddr*>(&ss);
+    if ((peer ? getpeername(fd, sa, &len) : getsockname(fd, sa, &len)) != 0) return false;
+    char text[INET6_ADDRSTRLEN] = {};
+    int p = -1;
+    if (ss.ss_family == AF_INET) {
+        const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+        inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+        p = ntohs(in->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+        const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+        inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof text);
+        p = ntohs(in6->sin6_port);
+    } else {
+        return false;
+    }
+    return p == port && (addr.empty() || addr == text);
+}
+
+// The connection's descriptor, or -1 when it cannot be found (no /proc).
+int connection_socket(const httplib::Request& req) {
+    DIR* dir = opendir("/proc/self/fd");
+    if (!dir) return -1;
+    int found = -1;
+    while (const dirent* e = readdir(dir)) {
+        char* end = nullptr;
+        const long fd = std::strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+        if (endpoint_is(static_cast<int>(fd), true, req.remote_addr, req.remote_port) &&
+            endpoint_is(static_cast<int>(fd), false, {}, req.local_port)) {
+            found = static_cast<int>(fd);
+            break;
+        }
+    }
+    closedir(dir);
+    return found;
+}
+
+// True once the peer has closed or reset the connection (a FIN, an RST).
+bool peer_hung_up(int fd) {
+    pollfd p{fd, POLLRDHUP, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 void send_error(httplib::Response& res, int status, const std::string& message,
@@ -480,9 +539,24 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     };
 
     if (!job->req.stream) {
+        // Watch the connection while the answer is computed: a client that
+        // hangs up cancels the request and frees its pages at once.
+        const int conn = connection_socket(req);
+        bool gone = false;
         std::unique_lock<std::mutex> lk(job->mu);
-        job->cv.wait(lk, [&] { return job->done(); });
+        while (!job->cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return job->done(); })) {
+            if (gone || conn < 0 || !peer_hung_up(conn)) continue;
+            gone = true;
+            lk.unlock();  // the engine may finish the job on this thread
+            engine->cancel(job->id);
+            lk.lock();
+        }
         t_log_detail = log_detail();
+        if (gone) {
+            t_log_detail += " client gone";
+            res.status = 499;  // nginx's "client closed request": nobody reads it
+            return;
+        }
         for (const auto& s : job->samples)
             if (s.result.reason == runtime::FinishReason::Error)
                 return send_error(res, 500, "generation failed: " + s.result.error);
