@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/cpu/arm/gemm_neon.h"
 #include "backend/cpu/interleaved_simd.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/x86/gemm_avx2.h"
@@ -19,6 +20,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #define MINFER_GEMM_X86 1
+#endif
+#if defined(__aarch64__)
+#define MINFER_GEMM_ARM 1
 #endif
 
 namespace minfer::cpu {
@@ -445,19 +449,38 @@ constexpr auto kMicroK = ktable_of<G, kMins>(std::make_integer_sequence<int, kMR
 #endif
 
 // Which prompt GEMM runs: the AVX-512 VNNI one, the AVX2 one
-// (x86/gemm_avx2.cpp), or none (the dot-product path). Read at each call,
+// (x86/gemm_avx2.cpp), the ARM64 one (arm/gemm_neon.cpp: smmla, sdot or
+// plain NEON by level), or none (the dot-product path). Read at each call,
 // so the MINFER_CPU cap (isa.h) moves it too.
-enum class GemmIsa { None, Avx2, Avx512 };
+enum class GemmIsa { None, Avx2, Avx512, Arm };
 
 GemmIsa gemm_isa() {
 #ifdef MINFER_GEMM_X86
     if (has_vnni()) return GemmIsa::Avx512;
     if (isa_at_least(IsaLevel::Avx2)) return GemmIsa::Avx2;
 #endif
+#ifdef MINFER_GEMM_ARM
+    if (isa_at_least(IsaLevel::Neon)) return GemmIsa::Arm;
+#endif
     return GemmIsa::None;
 }
 
 }  // namespace
+
+const char* gemm_name() {
+    switch (gemm_isa()) {
+        case GemmIsa::Avx512:
+            return "avx512 vpdpbusd";
+        case GemmIsa::Avx2:
+            return "avx2 vpmaddubsw";
+#ifdef MINFER_GEMM_ARM
+        case GemmIsa::Arm:
+            return arm::gemm_name();
+#endif
+        default:
+            return nullptr;
+    }
+}
 
 bool gemm_supported(DType t, int64_t K) {
     if (gemm_isa() == GemmIsa::None || K % 64 != 0) return false;
@@ -484,7 +507,8 @@ size_t gemm_act_row_bytes(DType act, int64_t K) {
 
 void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
     // vpdpbusd takes the activations unsigned (q + 128, the panel's
-    // correction takes the 128 back out); the AVX2 kernels take them signed.
+    // correction takes the 128 back out); the AVX2 and ARM64 kernels
+    // (vpsignb, sdot, smmla: signed x signed) take them signed.
     const uint8_t flip = gemm_isa() == GemmIsa::Avx512 ? 0x80 : 0;
     auto* q = static_cast<uint8_t*>(out);
     auto* d = reinterpret_cast<float*>(q + K);
@@ -509,19 +533,25 @@ void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
 }
 
 int64_t gemm_tile_rows() {
+#ifdef MINFER_GEMM_ARM
+    if (gemm_isa() == GemmIsa::Arm) return arm::gemm_tile_rows();
+#endif
     return gemm_isa() == GemmIsa::Avx2 ? avx2::gemm_tile_rows() : 16 * kMR;
 }
 
 size_t gemm_scratch_bytes(int64_t K) {
+#ifdef MINFER_GEMM_ARM
+    if (gemm_isa() == GemmIsa::Arm) return arm::gemm_scratch_bytes(K);
+#endif
     if (gemm_isa() == GemmIsa::Avx2) return avx2::gemm_scratch_bytes(K);
+#ifdef MINFER_GEMM_X86
     // kMR panels (at the smaller group, the larger size), 16 rows in the
     // common form and one GGUF row (< 2 bytes per element for the types here)
-#ifdef MINFER_GEMM_X86
     return static_cast<size_t>(kMR) * panel_bytes(K, 16) +
            16 * (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup)) +
            2 * static_cast<size_t>(K);
 #else
-    (void)K;  // no GEMM path on this architecture (gemm_supported is false)
+    (void)K;  // no AVX-512 path on this architecture
     return 0;
 #endif
 }
@@ -557,10 +587,13 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
         const int T = static_cast<int>(std::min<int64_t>(kMT, n_tokens - t));
         tab[R - 1][T - 1](p, K, act, act_stride, t, out, out_stride, lanes);
     }
+#elif defined(MINFER_GEMM_ARM)
+    arm::gemm_rows(wtype, interleaved, w, w_row_bytes, K, r0, r1, act, act_stride, n_tokens, out,
+                   out_stride, scratch);
 #else
     (void)wtype, (void)interleaved, (void)w, (void)w_row_bytes, (void)K, (void)r0, (void)r1,
         (void)act, (void)act_stride, (void)n_tokens, (void)out, (void)out_stride, (void)scratch;
-    MINFER_ASSERT_MSG(false, "gemm_rows without AVX-512 VNNI");
+    MINFER_ASSERT_MSG(false, "gemm_rows without a GEMM on this architecture");
 #endif
 }
 
