@@ -43,6 +43,9 @@ constexpr int64_t kGroup = 16;  // elements per scale in the common form
 // 4 x 6, one core, K = 896): 16 accumulators leave room for the operands.
 constexpr int kMR = MINFER_GEMM_R, kMT = MINFER_GEMM_T;
 
+// Everything from here to gemm_isa is the AVX-512 VNNI GEMM (x86-64 only;
+// the AVX2 and ARM64 ones have their own files).
+#ifdef MINFER_GEMM_X86
 struct RowsForm {  // n rows of K in the common form, inside one scratch buffer
     int8_t* v;     // [n][K]
     float* s;      // [n][K/16]  scale of each group of 16
@@ -62,18 +65,13 @@ bool has_mins(DType t) {
     return t == DType::Q4_K || t == DType::Q5_K;
 }
 
-#ifdef MINFER_GEMM_X86
 #define MINFER_VNNI \
     __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma,f16c")))
-#else
-#define MINFER_VNNI
-#endif
 
 // ---- unpackers: one weight row -> int8 values, scale per 16, min per 16 ----
 // Compiled for the GEMM's target so the byte loops vectorize; the Q5_0
 // one is written with intrinsics (its bit gather does not).
 
-#ifdef MINFER_GEMM_X86
 MINFER_VNNI inline void unpack_q5_0_block(const block_q5_0& b, int8_t* v) {
     const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
     __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
@@ -85,13 +83,11 @@ MINFER_VNNI inline void unpack_q5_0_block(const block_q5_0& b, int8_t* v) {
     q = _mm256_sub_epi8(_mm256_or_si256(q, hi), _mm256_set1_epi8(16));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(v), q);
 }
-#endif
 
 #define MINFER_UNPACK_TARGET MINFER_VNNI
 #include "backend/cpu/gemm_unpack.h"
 
 MINFER_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, float* s, float* m) {
-#ifdef MINFER_GEMM_X86
     if (t == DType::Q5_0) {  // the bit gather does not vectorize: intrinsics
         const auto* x = reinterpret_cast<const block_q5_0*>(row);
         for (int64_t b = 0; b < K / 32; ++b) {
@@ -100,11 +96,9 @@ MINFER_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, f
         }
         return;
     }
-#endif
     unpack_row_portable(t, row, K, v, s, m);
 }
 
-#ifdef MINFER_GEMM_X86
 bool has_vnni() {
     return isa_at_least(IsaLevel::Avx512);
 }
