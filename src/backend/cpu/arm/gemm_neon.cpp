@@ -1,8 +1,9 @@
 // The ARM64 prompt GEMM (gemm_neon.h). Weight rows are unpacked by
 // gemm_unpack.h (shared with the x86 GEMMs) into the common form, then laid
 // out as panels of 4 rows; the micro-kernels and the tile loop
-// (gemm_neon.inc) are compiled once per level, each with its own
-// group_sums, under the target that level needs.
+// (gemm_neon.inc) are compiled once per level, each with its own integer
+// step (dot_lane for the Quads layout, group_sums for Pairs), under the
+// target that level needs.
 #if defined(__aarch64__)
 
 #include "backend/cpu/arm/gemm_neon.h"
@@ -196,51 +197,24 @@ using MicroFn = void (*)(const Panel*, int64_t, const int8_t* const*, float* con
 
 // Plain NEON (ARMv8.0). Per activation quad broadcast to all lanes,
 // vmull_s8 multiplies it with one quad of each row (rows 0, 1 in the low
-// half, 2, 3 in the high one) and vpadalq_s16 adds neighbouring products
-// into int32 lanes (|product| <= 128 * 128 fits int16); one vpaddq at the
-// end of a group folds each row's two lanes into one.
+// half, 2, 3 in the high one); vpaddq_s16 adds neighbouring products
+// (|product| <= 128 * 127, as the activations stop at 127, so a pair fits
+// int16) and vpadalq_s16 the two pairs of each row into that row's lane.
 namespace plain {
 constexpr Layout kLayout = Layout::Quads;
-constexpr int kMR = 2, kMP = 1;  // micro-tile: panels x token pairs (fewer: 4 partials per unit)
+constexpr int kMR = 2, kMP = 2;  // micro-tile: panels x token pairs
 
-template <int L, int R, int P>
-inline void quad_sums(const int8x16_t* w, const int8x16_t* a, int32x4_t lo[][P][2],
-                      int32x4_t hi[][P][2]) {
-    for (int j = 0; j < 2 * P; ++j) {
-        const int8x16_t q = vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(a[j]), L));
-        for (int i = 0; i < R; ++i) {
-            lo[i][j / 2][j % 2] =
-                vpadalq_s16(lo[i][j / 2][j % 2], vmull_s8(vget_low_s8(w[i]), vget_low_s8(q)));
-            hi[i][j / 2][j % 2] = vpadalq_s16(hi[i][j / 2][j % 2], vmull_high_s8(w[i], q));
-        }
-    }
+template <int L>
+inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t a) {
+    const int8x16_t q = vreinterpretq_s8_s32(vdupq_laneq_s32(vreinterpretq_s32_s8(a), L));
+    const int16x8_t pairs =
+        vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(q)), vmull_high_s8(w, q));
+    return vpadalq_s16(acc, pairs);
 }
 
-// The integer sums of group g (G values) for R panels x P token pairs.
-template <int R, int P, int G>
-inline void group_sums(const Panel* p, int64_t g, const int8_t* const* av, int32x4_t isum[][P][2]) {
-    int32x4_t lo[R][P][2], hi[R][P][2];
-    for (int i = 0; i < R; ++i)
-        for (int j = 0; j < P; ++j)
-            lo[i][j][0] = lo[i][j][1] = hi[i][j][0] = hi[i][j][1] = vdupq_n_s32(0);
-    for (int c = 0; c < G / 16; ++c) {
-        const int64_t k = g * G + 16 * c;
-        int8x16_t a[2 * P];
-        for (int j = 0; j < 2 * P; ++j) a[j] = vld1q_s8(av[j] + k);
-        int8x16_t w[4][R];
-        for (int q = 0; q < 4; ++q)
-            for (int i = 0; i < R; ++i) w[q][i] = vld1q_s8(p[i].v + 4 * (k + 4 * q));
-        quad_sums<0, R, P>(w[0], a, lo, hi);
-        quad_sums<1, R, P>(w[1], a, lo, hi);
-        quad_sums<2, R, P>(w[2], a, lo, hi);
-        quad_sums<3, R, P>(w[3], a, lo, hi);
-    }
-    for (int i = 0; i < R; ++i)
-        for (int j = 0; j < P; ++j)
-            for (int h = 0; h < 2; ++h) isum[i][j][h] = vpaddq_s32(lo[i][j][h], hi[i][j][h]);
-}
-
+#define MINFER_GEMM_NEON_QUADS
 #include "backend/cpu/arm/gemm_neon.inc"
+#undef MINFER_GEMM_NEON_QUADS
 }  // namespace plain
 
 #pragma GCC push_options
@@ -251,32 +225,14 @@ namespace sdot {
 constexpr Layout kLayout = Layout::Quads;
 constexpr int kMR = 2, kMP = 2;
 
-template <int L, int R, int P>
-inline void quad_sums(const int8x16_t* w, const int8x16_t* a, int32x4_t isum[][P][2]) {
-    for (int j = 0; j < 2 * P; ++j)
-        for (int i = 0; i < R; ++i)
-            isum[i][j / 2][j % 2] = vdotq_laneq_s32(isum[i][j / 2][j % 2], w[i], a[j], L);
+template <int L>
+inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t a) {
+    return vdotq_laneq_s32(acc, w, a, L);
 }
 
-template <int R, int P, int G>
-inline void group_sums(const Panel* p, int64_t g, const int8_t* const* av, int32x4_t isum[][P][2]) {
-    for (int i = 0; i < R; ++i)
-        for (int j = 0; j < P; ++j) isum[i][j][0] = isum[i][j][1] = vdupq_n_s32(0);
-    for (int c = 0; c < G / 16; ++c) {
-        const int64_t k = g * G + 16 * c;
-        int8x16_t a[2 * P];
-        for (int j = 0; j < 2 * P; ++j) a[j] = vld1q_s8(av[j] + k);
-        int8x16_t w[4][R];
-        for (int q = 0; q < 4; ++q)
-            for (int i = 0; i < R; ++i) w[q][i] = vld1q_s8(p[i].v + 4 * (k + 4 * q));
-        quad_sums<0, R, P>(w[0], a, isum);
-        quad_sums<1, R, P>(w[1], a, isum);
-        quad_sums<2, R, P>(w[2], a, isum);
-        quad_sums<3, R, P>(w[3], a, isum);
-    }
-}
-
+#define MINFER_GEMM_NEON_QUADS
 #include "backend/cpu/arm/gemm_neon.inc"
+#undef MINFER_GEMM_NEON_QUADS
 }  // namespace sdot
 #pragma GCC pop_options
 
