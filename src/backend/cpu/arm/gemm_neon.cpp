@@ -202,7 +202,10 @@ using MicroFn = void (*)(const Panel*, int64_t, const int8_t* const*, float* con
 // int16) and vpadalq_s16 the two pairs of each row into that row's lane.
 namespace plain {
 constexpr Layout kLayout = Layout::Quads;
-constexpr int kMR = 2, kMP = 2;  // micro-tile: panels x token pairs
+// Micro-tile: panels x token pairs. One pair, not two as the other levels:
+// the widening multiplies' temporaries made GCC 12 spill 2 x 2's integer
+// loop (read off the object code; no ARM timing exists yet).
+constexpr int kMR = 2, kMP = 1;
 
 template <int L>
 inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t a) {
@@ -223,7 +226,7 @@ inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t a) {
 // products of that row's quad with activation quad L.
 namespace sdot {
 constexpr Layout kLayout = Layout::Quads;
-constexpr int kMR = 2, kMP = 2;
+constexpr int kMR = 2, kMP = 2;  // 8 rows x 4 tokens (untuned: no ARM timing yet)
 
 template <int L>
 inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t a) {
@@ -243,7 +246,7 @@ inline int32x4_t dot_lane(int32x4_t acc, int8x16_t w, int8x16_t a) {
 // together here) into the 2x2 int32 result.
 namespace mmla {
 constexpr Layout kLayout = Layout::Pairs;
-constexpr int kMR = 2, kMP = 2;
+constexpr int kMR = 2, kMP = 2;  // 8 rows x 4 tokens (untuned: no ARM timing yet)
 
 template <int R, int P, int G>
 inline void group_sums(const Panel* p, int64_t g, const int8_t* const* av, int32x4_t isum[][P][2]) {
