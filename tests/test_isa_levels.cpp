@@ -108,6 +108,12 @@ TEST(IsaLevels, ReportsWhichKernelsHaveASimdPathAtEachLevel) {
             EXPECT_NE((own + " ").find(name), std::string::npos) << name;
         }
         EXPECT_TRUE(cpu::attn_simd_supported(128));
+        // each level runs its own GEMM (the three give the same bits, so
+        // only the name tells a level that fell back to a lower one)
+        const char* want = level == cpu::IsaLevel::I8mm      ? "neon smmla"
+                           : level == cpu::IsaLevel::Dotprod ? "neon sdot"
+                                                             : "neon vmull";
+        EXPECT_STREQ(gemm, want);
 #endif
     }
 }
