@@ -3,7 +3,10 @@
 # under qemu-aarch64 (user-mode emulation), once per emulated CPU:
 #   cortex-a72  ARMv8.0: NEON only (no sdot, no i8mm)
 #   max         every feature qemu emulates: NEON + dotprod + i8mm
-# The kernel tests run every ISA level the emulated CPU offers; the
+# The kernel tests run every ISA level the emulated CPU offers, and the
+# summary lists per level which kernels have a NEON path, which fall back
+# to the portable code, and which prompt GEMM runs (arm/gemm_neon.h: smmla
+# at i8mm, sdot at dotprod, vmull at neon; none at scalar). The
 # end-to-end checks (greedy text of the built-in model, logits parity with
 # llama.cpp on ../shared/ref) run on the `max` CPU when ../shared is there.
 # Emulation says nothing about speed: it checks correctness only.
@@ -146,6 +149,10 @@ else
   echo "arm64: ../shared absent: greedy-text and logits parity checks skipped (they need its reference files)"
 fi
 
+echo "arm64: kernels per ISA level (vec_dot: own NEON path or portable; attention; prompt GEMM):"
+for level in scalar neon dotprod i8mm; do
+  cat "$out"/tests-*.log 2>/dev/null | grep -m1 -E "^kernels at $level:" | sed 's/^/  /' || true
+done
 echo "arm64: test counts per emulated CPU:"
 printf '  %s\n' "${summary[@]}"
 [ $status -eq 0 ] && echo "arm64: PASS" || echo "arm64: FAIL"

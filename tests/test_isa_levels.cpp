@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/attn.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/vec_ops.h"
@@ -62,11 +63,15 @@ TEST(IsaLevels, ListStartsWithScalarAndEndsWithTheDetectedLevel) {
 }
 
 // Which dot products have their own code at each level (the function differs
-// from the scalar level's) and which run the portable kernel: printed for
-// scripts/test_arm64.sh's summary, and checked where the code promises a path.
+// from the scalar level's) and which run the portable kernel, and which
+// prompt GEMM runs (none at the scalar level: prompts take the dot
+// products): printed for scripts/test_arm64.sh's summary, and checked where
+// the code promises a path.
 TEST(IsaLevels, ReportsWhichKernelsHaveASimdPathAtEachLevel) {
     LevelGuard guard;
     cpu::set_isa_cap(cpu::IsaLevel::Scalar);
+    EXPECT_EQ(cpu::gemm_name(), nullptr);
+    std::printf("kernels at scalar: portable only; prompt GEMM none (dot products)\n");
     std::vector<cpu::VecDotFn> portable;
     for (DType t : kDotTypes) portable.push_back(cpu::vec_dot_fn(t));
 #if defined(__aarch64__)
@@ -81,9 +86,19 @@ TEST(IsaLevels, ReportsWhichKernelsHaveASimdPathAtEachLevel) {
             std::string& list = cpu::vec_dot_fn(kDotTypes[i]) != portable[i] ? own : fallback;
             list += std::string(" ") + std::string(tensor::dtype_name(kDotTypes[i]));
         }
-        std::printf("kernels at %s: vec_dot own path:%s; portable:%s; attention %s\n",
-                    cpu::isa_name(level), own.c_str(), fallback.c_str(),
-                    cpu::attn_simd_supported(128) ? "own path" : "portable");
+        const char* gemm = cpu::gemm_name();
+        std::printf(
+            "kernels at %s: vec_dot own path:%s; portable:%s; attention %s; prompt GEMM %s\n",
+            cpu::isa_name(level), own.c_str(), fallback.c_str(),
+            cpu::attn_simd_supported(128) ? "own path" : "portable",
+            gemm != nullptr ? gemm : "none (dot products)");
+#if defined(__x86_64__) || defined(__aarch64__)
+        // every SIMD level of both has a GEMM (of Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)
+        EXPECT_NE(gemm, nullptr);
+        for (DType t :
+             {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+            EXPECT_TRUE(cpu::gemm_supported(t, 512)) << tensor::dtype_name(t);
+#endif
 #if defined(__aarch64__)
         for (DType t :
              {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
@@ -93,6 +108,12 @@ TEST(IsaLevels, ReportsWhichKernelsHaveASimdPathAtEachLevel) {
             EXPECT_NE((own + " ").find(name), std::string::npos) << name;
         }
         EXPECT_TRUE(cpu::attn_simd_supported(128));
+        // each level runs its own GEMM (the three give the same bits, so
+        // only the name tells a level that fell back to a lower one)
+        const char* want = level == cpu::IsaLevel::I8mm      ? "neon smmla"
+                           : level == cpu::IsaLevel::Dotprod ? "neon sdot"
+                                                             : "neon vmull";
+        EXPECT_STREQ(gemm, want);
 #endif
     }
 }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/attn.h"
@@ -369,9 +370,9 @@ TEST(CpuMatMul, GemmPathEqualsTokenByTokenDots) {
         for (DType t :
              {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
             if (!cpu::gemm_supported(t, K)) {
-#if defined(__x86_64__)
-                // every x86-64 SIMD level has a GEMM for these types (ARM64
-                // has none yet: its prompts run the NEON dot products)
+#if defined(__x86_64__) || defined(__aarch64__)
+                // every SIMD level of x86-64 (avx2, avx512) and ARM64 (neon,
+                // dotprod, i8mm) has a GEMM for these types
                 EXPECT_EQ(level, cpu::IsaLevel::Scalar) << dtype_name(t);
 #endif
                 return;
@@ -420,7 +421,7 @@ TEST(CpuMatMul, GemmRowOfATokenIsBitwiseTheSameInAnyBatch) {
         std::vector<float> x = random_floats(static_cast<size_t>(K * 19), 23);
         minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
             if (!cpu::gemm_supported(t, K)) {
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__aarch64__)
                 EXPECT_EQ(level, cpu::IsaLevel::Scalar) << dtype_name(t);
 #endif
                 return;
@@ -436,6 +437,98 @@ TEST(CpuMatMul, GemmRowOfATokenIsBitwiseTheSameInAnyBatch) {
             EXPECT_EQ(0, std::memcmp(all.data() + 5 * M, mid.data() + 4 * M, M * sizeof(float)))
                 << dtype_name(t);
         });
+    }
+}
+
+// gemm_rows itself, at every level with a GEMM: token counts that leave a
+// lone token in the last pair or micro-tile (1, 3, 5, 17), row ranges of
+// odd sizes at odd offsets (a lone row in a panel, a whole tile), K of one
+// and of three super-blocks. Each output against the double-precision dot
+// of the dequantized weight row and activation row: the integer sums per
+// group are exact, so what remains is float rounding along one chain of at
+// most K/16 + K/256 + 2 operations, each within 2^-24 of a partial sum
+// bounded by the sum of |products| (the bound of the matmul tests above).
+// A token's outputs are also bitwise the same in every batch, and on ARM64
+// bitwise the same at every level (gemm_neon.h: one float step for all).
+TEST(CpuGemm, OddTokenAndRowCountsMatchDoubleReference) {
+    for (const int64_t K : {256, 768}) {
+        for (DType t :
+             {DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+            SCOPED_TRACE(std::string(dtype_name(t)) + " K=" + std::to_string(K));
+            const DType at = cpu::act_type(t);
+            constexpr int64_t kMaxTokens = 17;
+            std::vector<float> x = random_floats(static_cast<size_t>(K * kMaxTokens), 41);
+            x[5] = 3.0f;  // an outlier: a wide activation scale in one block
+            std::vector<std::vector<uint8_t>> qrows(kMaxTokens,
+                                                    std::vector<uint8_t>(row_size(at, K)));
+            std::vector<std::vector<float>> ad(kMaxTokens, std::vector<float>(size_t(K)));
+            for (int64_t tok = 0; tok < kMaxTokens; ++tok) {
+                cpu::quantize_act_row(at, x.data() + tok * K, qrows[size_t(tok)].data(), K);
+                dequantize_row(at, qrows[size_t(tok)].data(), ad[size_t(tok)].data(), K);
+            }
+            std::vector<float> first_level;  // the 17-token outputs at the first GEMM level
+            minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+                if (!cpu::gemm_supported(t, K)) {
+#if defined(__x86_64__) || defined(__aarch64__)
+                    EXPECT_EQ(level, cpu::IsaLevel::Scalar);
+#endif
+                    return;
+                }
+                // Row ranges: 7 rows, 1 row, a whole tile, 3 rows, 13 rows.
+                const int64_t tile = cpu::gemm_tile_rows();
+                const int64_t counts[] = {7, 1, tile, 3, 13};
+                int64_t M = 0;
+                for (int64_t c : counts) M += std::min(c, tile);
+                Weight w = make_weight(t, K, M, 43);
+                std::vector<float> wd(static_cast<size_t>(K * M));
+                for (int64_t m = 0; m < M; ++m)
+                    dequantize_row(t, w.view.row(m), wd.data() + m * K, K);
+                const size_t stride = cpu::gemm_act_row_bytes(at, K);
+                std::vector<uint8_t> act(stride * kMaxTokens), scratch(cpu::gemm_scratch_bytes(K));
+                for (int64_t tok = 0; tok < kMaxTokens; ++tok)
+                    cpu::gemm_pack_act(at, qrows[size_t(tok)].data(), K,
+                                       act.data() + size_t(tok) * stride);
+                std::vector<float> all;  // the 17-token batch's outputs [17][M]
+                for (const int64_t n : {kMaxTokens, int64_t{1}, int64_t{3}, int64_t{5}}) {
+                    SCOPED_TRACE("n_tokens=" + std::to_string(n));
+                    std::vector<float> out(static_cast<size_t>(n * M), NAN);
+                    int64_t r0 = 0;
+                    for (int64_t c : counts) {
+                        const int64_t r1 = r0 + std::min(c, tile);
+                        cpu::gemm_rows(t, false, w.view.row(0), w.view.row_bytes(), K, r0, r1,
+                                       act.data(), stride, n, out.data() + r0, M, scratch.data());
+                        r0 = r1;
+                    }
+                    for (int64_t tok = 0; tok < n; ++tok)
+                        for (int64_t m = 0; m < M; ++m) {
+                            double ref = 0, mag = 0;
+                            for (int64_t i = 0; i < K; ++i) {
+                                const double p =
+                                    double(wd[size_t(m * K + i)]) * ad[size_t(tok)][size_t(i)];
+                                ref += p;
+                                mag += std::fabs(p);
+                            }
+                            const float got = out[size_t(tok * M + m)];
+                            ASSERT_NEAR(got, ref, (K / 16 + 8) * std::ldexp(mag, -24) + 1e-7)
+                                << "t=" << tok << " m=" << m;
+                            if (n == kMaxTokens) continue;
+                            // the same token in the 17-token batch: the same bits
+                            ASSERT_EQ(0, std::memcmp(&got, &all[size_t(tok * M + m)], 4))
+                                << "t=" << tok << " m=" << m << ": " << got << " vs "
+                                << all[size_t(tok * M + m)] << " in the 17-token batch";
+                        }
+                    if (n == kMaxTokens) all = out;
+                }
+#if defined(__aarch64__)
+                if (first_level.empty()) {
+                    first_level = all;
+                } else {
+                    EXPECT_EQ(0, std::memcmp(all.data(), first_level.data(), all.size() * 4))
+                        << cpu::gemm_name() << " differs from the lower levels' GEMM";
+                }
+#endif
+            });
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/cpu/arm/gemm_neon.h"
 #include "backend/cpu/interleaved_simd.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/x86/gemm_avx2.h"
@@ -19,6 +20,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #define MINFER_GEMM_X86 1
+#endif
+#if defined(__aarch64__)
+#define MINFER_GEMM_ARM 1
 #endif
 
 namespace minfer::cpu {
@@ -39,6 +43,9 @@ constexpr int64_t kGroup = 16;  // elements per scale in the common form
 // 4 x 6, one core, K = 896): 16 accumulators leave room for the operands.
 constexpr int kMR = MINFER_GEMM_R, kMT = MINFER_GEMM_T;
 
+// Everything from here to gemm_isa is the AVX-512 VNNI GEMM (x86-64 only;
+// the AVX2 and ARM64 ones have their own files).
+#ifdef MINFER_GEMM_X86
 struct RowsForm {  // n rows of K in the common form, inside one scratch buffer
     int8_t* v;     // [n][K]
     float* s;      // [n][K/16]  scale of each group of 16
@@ -58,18 +65,13 @@ bool has_mins(DType t) {
     return t == DType::Q4_K || t == DType::Q5_K;
 }
 
-#ifdef MINFER_GEMM_X86
 #define MINFER_VNNI \
     __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma,f16c")))
-#else
-#define MINFER_VNNI
-#endif
 
 // ---- unpackers: one weight row -> int8 values, scale per 16, min per 16 ----
 // Compiled for the GEMM's target so the byte loops vectorize; the Q5_0
 // one is written with intrinsics (its bit gather does not).
 
-#ifdef MINFER_GEMM_X86
 MINFER_VNNI inline void unpack_q5_0_block(const block_q5_0& b, int8_t* v) {
     const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
     __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
@@ -81,13 +83,11 @@ MINFER_VNNI inline void unpack_q5_0_block(const block_q5_0& b, int8_t* v) {
     q = _mm256_sub_epi8(_mm256_or_si256(q, hi), _mm256_set1_epi8(16));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(v), q);
 }
-#endif
 
 #define MINFER_UNPACK_TARGET MINFER_VNNI
 #include "backend/cpu/gemm_unpack.h"
 
 MINFER_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, float* s, float* m) {
-#ifdef MINFER_GEMM_X86
     if (t == DType::Q5_0) {  // the bit gather does not vectorize: intrinsics
         const auto* x = reinterpret_cast<const block_q5_0*>(row);
         for (int64_t b = 0; b < K / 32; ++b) {
@@ -96,11 +96,9 @@ MINFER_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, f
         }
         return;
     }
-#endif
     unpack_row_portable(t, row, K, v, s, m);
 }
 
-#ifdef MINFER_GEMM_X86
 bool has_vnni() {
     return isa_at_least(IsaLevel::Avx512);
 }
@@ -445,19 +443,38 @@ constexpr auto kMicroK = ktable_of<G, kMins>(std::make_integer_sequence<int, kMR
 #endif
 
 // Which prompt GEMM runs: the AVX-512 VNNI one, the AVX2 one
-// (x86/gemm_avx2.cpp), or none (the dot-product path). Read at each call,
+// (x86/gemm_avx2.cpp), the ARM64 one (arm/gemm_neon.cpp: smmla, sdot or
+// plain NEON by level), or none (the dot-product path). Read at each call,
 // so the MINFER_CPU cap (isa.h) moves it too.
-enum class GemmIsa { None, Avx2, Avx512 };
+enum class GemmIsa { None, Avx2, Avx512, Arm };
 
 GemmIsa gemm_isa() {
 #ifdef MINFER_GEMM_X86
     if (has_vnni()) return GemmIsa::Avx512;
     if (isa_at_least(IsaLevel::Avx2)) return GemmIsa::Avx2;
 #endif
+#ifdef MINFER_GEMM_ARM
+    if (isa_at_least(IsaLevel::Neon)) return GemmIsa::Arm;
+#endif
     return GemmIsa::None;
 }
 
 }  // namespace
+
+const char* gemm_name() {
+    switch (gemm_isa()) {
+        case GemmIsa::Avx512:
+            return "avx512 vpdpbusd";
+        case GemmIsa::Avx2:
+            return "avx2 vpmaddubsw";
+#ifdef MINFER_GEMM_ARM
+        case GemmIsa::Arm:
+            return arm::gemm_name();
+#endif
+        default:
+            return nullptr;
+    }
+}
 
 bool gemm_supported(DType t, int64_t K) {
     if (gemm_isa() == GemmIsa::None || K % 64 != 0) return false;
@@ -484,7 +501,8 @@ size_t gemm_act_row_bytes(DType act, int64_t K) {
 
 void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
     // vpdpbusd takes the activations unsigned (q + 128, the panel's
-    // correction takes the 128 back out); the AVX2 kernels take them signed.
+    // correction takes the 128 back out); the AVX2 and ARM64 kernels
+    // (vpsignb, sdot, smmla: signed x signed) take them signed.
     const uint8_t flip = gemm_isa() == GemmIsa::Avx512 ? 0x80 : 0;
     auto* q = static_cast<uint8_t*>(out);
     auto* d = reinterpret_cast<float*>(q + K);
@@ -509,19 +527,25 @@ void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
 }
 
 int64_t gemm_tile_rows() {
+#ifdef MINFER_GEMM_ARM
+    if (gemm_isa() == GemmIsa::Arm) return arm::gemm_tile_rows();
+#endif
     return gemm_isa() == GemmIsa::Avx2 ? avx2::gemm_tile_rows() : 16 * kMR;
 }
 
 size_t gemm_scratch_bytes(int64_t K) {
+#ifdef MINFER_GEMM_ARM
+    if (gemm_isa() == GemmIsa::Arm) return arm::gemm_scratch_bytes(K);
+#endif
     if (gemm_isa() == GemmIsa::Avx2) return avx2::gemm_scratch_bytes(K);
+#ifdef MINFER_GEMM_X86
     // kMR panels (at the smaller group, the larger size), 16 rows in the
     // common form and one GGUF row (< 2 bytes per element for the types here)
-#ifdef MINFER_GEMM_X86
     return static_cast<size_t>(kMR) * panel_bytes(K, 16) +
            16 * (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup)) +
            2 * static_cast<size_t>(K);
 #else
-    (void)K;  // no GEMM path on this architecture (gemm_supported is false)
+    (void)K;  // no AVX-512 path on this architecture
     return 0;
 #endif
 }
@@ -557,10 +581,13 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
         const int T = static_cast<int>(std::min<int64_t>(kMT, n_tokens - t));
         tab[R - 1][T - 1](p, K, act, act_stride, t, out, out_stride, lanes);
     }
+#elif defined(MINFER_GEMM_ARM)
+    arm::gemm_rows(wtype, interleaved, w, w_row_bytes, K, r0, r1, act, act_stride, n_tokens, out,
+                   out_stride, scratch);
 #else
     (void)wtype, (void)interleaved, (void)w, (void)w_row_bytes, (void)K, (void)r0, (void)r1,
         (void)act, (void)act_stride, (void)n_tokens, (void)out, (void)out_stride, (void)scratch;
-    MINFER_ASSERT_MSG(false, "gemm_rows without AVX-512 VNNI");
+    MINFER_ASSERT_MSG(false, "gemm_rows without a GEMM on this architecture");
 #endif
 }
 

@@ -1,9 +1,11 @@
-// Prefill matmul with AVX-512 VNNI: weight rows are unpacked once per tile
-// into a common form (int8 values, a float scale per 16, optionally a float
-// min per 16) and multiplied with many tokens by vpdpbusd, so each weight
-// byte loaded serves every token of the pass. The integer sums per
-// (sub-)block equal those of the vec_dot path (ggml's); only the order of
-// the float accumulation differs.
+// Prefill matmul: weight rows are unpacked once per tile into a common form
+// (int8 values, a float scale per 16, optionally a float min per 16;
+// gemm_unpack.h) and multiplied with many tokens, so each weight byte
+// loaded serves every token of the pass. Here the AVX-512 VNNI version
+// (vpdpbusd); x86/gemm_avx2.cpp has the AVX2 one and arm/gemm_neon.cpp the
+// ARM64 ones (smmla, sdot, plain NEON). The integer sums per (sub-)block
+// equal those of the vec_dot path (ggml's); only the order of the float
+// accumulation differs.
 #pragma once
 
 #include <cstddef>
@@ -13,18 +15,25 @@
 
 namespace minfer::cpu {
 
-// True when a GEMM runs at the current level (AVX-512 VNNI, or AVX2 in
-// x86/gemm_avx2.cpp; isa.h) and the weight type has an unpacker
-// (Q4_0, Q5_0, Q8_0 with Q8_0 activations; Q4_K, Q5_K, Q6_K with Q8_K) and
-// K is a multiple of 64.
+// Which GEMM runs at the current level (isa.h), for reports: "avx512
+// vpdpbusd", "avx2 vpmaddubsw", "neon smmla" (i8mm), "neon sdot" (dotprod),
+// "neon vmull" (neon); nullptr at the scalar level (prompts take the dot
+// products).
+const char* gemm_name();
+
+// True when a GEMM runs at the current level (gemm_name() is not null) and
+// the weight type has an unpacker (Q4_0, Q5_0, Q8_0 with Q8_0 activations;
+// Q4_K, Q5_K, Q6_K with Q8_K) and K is a multiple of 64.
 bool gemm_supported(tensor::DType weight, int64_t K);
 
 // Bytes of one token's activation row in the GEMM form for K elements of
 // activation type act (Q8_0 or Q8_K).
 size_t gemm_act_row_bytes(tensor::DType act, int64_t K);
 // Converts one activation row (act_type(weight) blocks, as quantize_act_row
-// made it) into the GEMM form: uint8 q ^ 0x80 [K], float d per 16 [K/16],
-// the sum of q per 32 as float [K/32] (Q8_K only: Q8_0 rows end before it).
+// made it) into the GEMM form: q [K] (uint8 q ^ 0x80 for AVX-512 VNNI,
+// whose vpdpbusd multiplies unsigned by signed; int8 q for the others),
+// float d per 16 [K/16], the sum of q per 32 as float [K/32] (Q8_K only:
+// Q8_0 rows end before it).
 void gemm_pack_act(tensor::DType act, const void* row, int64_t K, void* out);
 
 // Most rows one gemm_rows call takes (the micro-tile's rows).
@@ -32,10 +41,10 @@ int64_t gemm_tile_rows();
 // Bytes of per-thread scratch gemm_rows needs for rows of K.
 size_t gemm_scratch_bytes(int64_t K);
 // out[t * out_stride + r - r0] = dot(weight row r, token t) for rows
-// [r0, r1) (at most gemm_tile_rows()) of w (interleaved: tensor/interleave.h) (row stride w_row_bytes) and tokens [0, n_tokens), whose
-// GEMM-form rows are act + t * act_stride.
-void gemm_rows(tensor::DType wtype, bool interleaved, const uint8_t* w, size_t w_row_bytes, int64_t K, int64_t r0,
-               int64_t r1, const uint8_t* act, size_t act_stride, int64_t n_tokens, float* out,
-               int64_t out_stride, void* scratch);
+// [r0, r1) (at most gemm_tile_rows()) of w (interleaved: tensor/interleave.h) (row stride
+// w_row_bytes) and tokens [0, n_tokens), whose GEMM-form rows are act + t * act_stride.
+void gemm_rows(tensor::DType wtype, bool interleaved, const uint8_t* w, size_t w_row_bytes,
+               int64_t K, int64_t r0, int64_t r1, const uint8_t* act, size_t act_stride,
+               int64_t n_tokens, float* out, int64_t out_stride, void* scratch);
 
 }  // namespace minfer::cpu

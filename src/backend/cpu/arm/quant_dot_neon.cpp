@@ -60,6 +60,9 @@ inline int32x4_t mac(int32x4_t acc, int8x16_t a, int8x16_t b) {
 }  // namespace
 
 VecDotFn vec_dot_neon(DType w) {
+    // The i8mm level keeps the sdot kernels here: smmla multiplies two
+    // tokens at once, so one token's dot product would waste half of it
+    // (the prompt GEMM, arm/gemm_neon.cpp, pairs tokens for it).
     const bool dot = isa_at_least(IsaLevel::Dotprod);
     if (!dot && !isa_at_least(IsaLevel::Neon)) return nullptr;
     switch (w) {
