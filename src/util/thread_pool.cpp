@@ -222,7 +222,11 @@ void* ThreadPool::scratch(int slot, size_t bytes) {
     MINFER_ASSERT(slot >= 0 && slot <= impl_->n_threads);
     Impl::Scratch& s = impl_->scratch[static_cast<size_t>(slot)];
     if (s.bytes < bytes || !s.ptr) {
-        size_t want = std::max<size_t>(bytes, 4096);
+        // Grown by half again at least: attention's scratch follows the
+        // cache depth, a few bytes more every step, and a fresh multi-MB
+        // block every step (its page faults, the unmap of the old one) cost
+        // more than the attention itself at depth 4096.
+        size_t want = std::max<size_t>({bytes, s.bytes + s.bytes / 2, 4096});
         want = (want + 63) / 64 * 64;
         void* p = std::aligned_alloc(64, want);
         MINFER_ASSERT(p != nullptr);
