@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "backend/cpu/arm/gemm_neon.h"
+#include "backend/cpu/gemm_layout.h"
 #include "backend/cpu/interleaved_simd.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/x86/gemm_avx2.h"
@@ -31,7 +32,7 @@ using namespace tensor;
 
 namespace {
 
-constexpr int64_t kGroup = 16;  // elements per scale in the common form
+using gemm_layout::kGroup;  // elements per scale in the common form
 #ifndef MINFER_GEMM_R
 #define MINFER_GEMM_R 2
 #endif
@@ -46,24 +47,9 @@ constexpr int kMR = MINFER_GEMM_R, kMT = MINFER_GEMM_T;
 // Everything from here to gemm_isa is the AVX-512 VNNI GEMM (x86-64 only;
 // the AVX2 and ARM64 ones have their own files).
 #ifdef MINFER_GEMM_X86
-struct RowsForm {  // n rows of K in the common form, inside one scratch buffer
-    int8_t* v;     // [n][K]
-    float* s;      // [n][K/16]  scale of each group of 16
-    float* m;      // [n][K/16]  -dmin * min of each group (K-quants with mins), else unused
-};
-
-RowsForm rows_form(void* scratch, int64_t K, int64_t n) {
-    auto* p = static_cast<uint8_t*>(scratch);
-    RowsForm f;
-    f.v = reinterpret_cast<int8_t*>(p);
-    f.s = reinterpret_cast<float*>(p + n * K);
-    f.m = f.s + n * (K / kGroup);
-    return f;
-}
-
-bool has_mins(DType t) {
-    return t == DType::Q4_K || t == DType::Q5_K;
-}
+using gemm_layout::has_mins;
+using gemm_layout::rows_form;
+using gemm_layout::RowsForm;
 
 #define MINFER_VNNI \
     __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma,f16c")))

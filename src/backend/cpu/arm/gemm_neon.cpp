@@ -15,6 +15,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/cpu/gemm_layout.h"
 #include "backend/cpu/isa.h"
 #include "tensor/blocks.h"
 #include "tensor/interleave.h"
@@ -26,7 +27,7 @@ using namespace tensor;
 
 namespace {
 
-constexpr int64_t kGroup = 16;  // elements per scale in the common form
+using gemm_layout::kGroup;  // elements per scale in the common form
 constexpr int kRows = 4;        // weight rows per panel: the int32 lanes of a vector
 constexpr int kPanels = 4;      // panels per tile: 16 rows (untuned: emulation only so far)
 
@@ -35,28 +36,15 @@ constexpr int kPanels = 4;      // panels per tile: 16 rows (untuned: emulation 
 #define MINFER_UNPACK_TARGET
 #include "backend/cpu/gemm_unpack.h"
 
-struct RowsForm {  // kRows rows of K in the common form (gemm_unpack.h)
-    int8_t* v;     // [kRows][K]
-    float* s;      // [kRows][K/16]
-    float* m;      // [kRows][K/16]
-};
+using gemm_layout::has_mins;
+using gemm_layout::RowsForm;
+
+RowsForm rows_form(void* scratch, int64_t K) {  // kRows rows
+    return gemm_layout::rows_form(scratch, K, kRows);
+}
 
 size_t rows_form_bytes(int64_t K) {
-    return static_cast<size_t>(kRows) *
-           (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup));
-}
-
-RowsForm rows_form(void* scratch, int64_t K) {
-    auto* p = static_cast<uint8_t*>(scratch);
-    RowsForm f;
-    f.v = reinterpret_cast<int8_t*>(p);
-    f.s = reinterpret_cast<float*>(p + kRows * K);
-    f.m = f.s + kRows * (K / kGroup);
-    return f;
-}
-
-bool has_mins(DType t) {
-    return t == DType::Q4_K || t == DType::Q5_K;
+    return gemm_layout::rows_form_bytes(K, kRows);
 }
 
 // How a panel's values are arranged for the instruction that reads them.
@@ -70,25 +58,15 @@ bool has_mins(DType t) {
 //     with the 2x8 block of two tokens.
 enum class Layout { Quads, Pairs };
 
-// One panel: 4 weight rows in the form the micro-kernels read.
-struct Panel {
-    int8_t* v;  // [K * 4] values in the layout above
-    float* s;   // [K/G][4] scale of each group of G elements, per row
-    float* o;   // [K/32][4] -dmin * min of each 32 (Q4_K, Q5_K), else unused
-};
+// One panel: 4 weight rows in the form the micro-kernels read (the layout above).
+using Panel = gemm_layout::SignedPanel;  // v [K * 4], s [K/G][4], o [K/32][4]
 
-size_t panel_bytes(int64_t K) {  // at the smaller group (16), the larger size
-    return static_cast<size_t>(kRows) * static_cast<size_t>(K) +
-           kRows * static_cast<size_t>(K / 16) * 4 + kRows * static_cast<size_t>(K / 32) * 4;
+size_t panel_bytes(int64_t K) {
+    return gemm_layout::signed_panel_bytes(K, kRows);
 }
 
 Panel panel_at(void* p, int64_t K, int64_t G) {
-    auto* b = static_cast<uint8_t*>(p);
-    Panel f;
-    f.v = reinterpret_cast<int8_t*>(b);
-    f.s = reinterpret_cast<float*>(b + kRows * K);
-    f.o = f.s + kRows * (K / G);
-    return f;
+    return gemm_layout::signed_panel_at(p, K, G, kRows);
 }
 
 // Rows [r0, r1) (at most 4) of w into a panel; rows past r1 - r0 are zero

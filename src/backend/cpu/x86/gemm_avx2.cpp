@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/cpu/gemm_layout.h"
 #include "tensor/blocks.h"
 #include "tensor/interleave.h"
 #include "util/error.h"
@@ -20,7 +21,7 @@ using namespace tensor;
 
 namespace {
 
-constexpr int64_t kGroup = 16;  // elements per scale in the common form
+using gemm_layout::kGroup;  // elements per scale in the common form
 constexpr int kLanes = 8;       // weight rows per panel: the int32 lanes of a vector
 constexpr int kPanels = 4;      // panels per tile (32 rows, as the AVX-512 tile)
 #ifndef MINFER_GEMM2_R
@@ -38,28 +39,16 @@ constexpr int kPanels = 4;      // panels per tile (32 rows, as the AVX-512 tile
 constexpr int kMR = MINFER_GEMM2_R, kMT = MINFER_GEMM2_T;
 static_assert(kPanels % kMR == 0);
 
-struct RowsForm {  // kLanes rows of K in the common form (gemm_unpack.h)
-    int8_t* v;     // [kLanes][K]
-    float* s;      // [kLanes][K/16]
-    float* m;      // [kLanes][K/16]
-};
+using gemm_layout::has_mins;
+using gemm_layout::RowsForm;
+using gemm_layout::rows_form_bytes;
 
-RowsForm rows_form(void* scratch, int64_t K) {
-    auto* p = static_cast<uint8_t*>(scratch);
-    RowsForm f;
-    f.v = reinterpret_cast<int8_t*>(p);
-    f.s = reinterpret_cast<float*>(p + kLanes * K);
-    f.m = f.s + kLanes * (K / kGroup);
-    return f;
+RowsForm rows_form(void* scratch, int64_t K) {  // kLanes rows
+    return gemm_layout::rows_form(scratch, K, kLanes);
 }
 
 size_t rows_form_bytes(int64_t K) {
-    return static_cast<size_t>(kLanes) *
-           (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup));
-}
-
-bool has_mins(DType t) {
-    return t == DType::Q4_K || t == DType::Q5_K;
+    return gemm_layout::rows_form_bytes(K, kLanes);
 }
 
 // One panel: 8 weight rows in the form the micro-kernel reads. Values are
@@ -67,24 +56,14 @@ bool has_mins(DType t) {
 // load gives 4 values of every row, and vpmaddubsw + vpmaddwd against 4
 // activation bytes broadcast to all lanes add their products into each
 // row's own lane: no horizontal sums.
-struct Panel {
-    int8_t* v;  // [K/4][8][4] signed values
-    float* s;   // [K/G][8] scale of each group of G elements
-    float* o;   // [K/32][8] -dmin * min of each 32 (Q4_K, Q5_K), else unused
-};
+using Panel = gemm_layout::SignedPanel;  // v [K/4][8][4], s [K/G][8], o [K/32][8]
 
-size_t panel_bytes(int64_t K) {  // at the smaller group (16), the larger size
-    return static_cast<size_t>(kLanes) * static_cast<size_t>(K) +
-           kLanes * static_cast<size_t>(K / 16) * 4 + kLanes * static_cast<size_t>(K / 32) * 4;
+size_t panel_bytes(int64_t K) {
+    return gemm_layout::signed_panel_bytes(K, kLanes);
 }
 
 Panel panel_at(void* p, int64_t K, int64_t G) {
-    auto* b = static_cast<uint8_t*>(p);
-    Panel f;
-    f.v = reinterpret_cast<int8_t*>(b);
-    f.s = reinterpret_cast<float*>(b + kLanes * K);
-    f.o = f.s + kLanes * (K / G);
-    return f;
+    return gemm_layout::signed_panel_at(p, K, G, kLanes);
 }
 
 // Most quads whose int16 pair sums can be added before vpmaddwd widens

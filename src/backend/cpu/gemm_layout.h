@@ -1,0 +1,65 @@
+// Scratch layouts the prompt GEMMs share (gemm.cpp, x86/gemm_avx2.cpp,
+// arm/gemm_neon.cpp): weight rows in the common form of gemm_unpack.h, and
+// the panels of the signed-activation kernels (AVX2, ARM64). AVX-512's
+// panel adds a per-group correction and keeps its own struct.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace minfer::cpu::gemm_layout {
+
+constexpr int64_t kGroup = 16;  // elements per scale in the common form
+
+struct RowsForm {  // n rows of K in the common form, inside one scratch buffer
+    int8_t* v;     // [n][K]
+    float* s;      // [n][K/16]  scale of each group of 16
+    float* m;      // [n][K/16]  -dmin * min of each group (K-quants with mins), else unused
+};
+
+inline size_t rows_form_bytes(int64_t K, int64_t n) {
+    return static_cast<size_t>(n) *
+           (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup));
+}
+
+inline RowsForm rows_form(void* scratch, int64_t K, int64_t n) {
+    auto* p = static_cast<uint8_t*>(scratch);
+    RowsForm f;
+    f.v = reinterpret_cast<int8_t*>(p);
+    f.s = reinterpret_cast<float*>(p + n * K);
+    f.m = f.s + n * (K / kGroup);
+    return f;
+}
+
+// Q4_K and Q5_K carry a min per group besides the scale.
+inline bool has_mins(tensor::DType t) {
+    return t == tensor::DType::Q4_K || t == tensor::DType::Q5_K;
+}
+
+// One panel of `lanes` weight rows as a signed micro-kernel reads them (the
+// order of the values is each kernel's own; see its file).
+struct SignedPanel {
+    int8_t* v;  // [K * lanes] values
+    float* s;   // [K/G][lanes] scale of each group of G elements
+    float* o;   // [K/32][lanes] -dmin * min of each 32 (Q4_K, Q5_K), else unused
+};
+
+// Bytes of a panel at the smaller group (16): the larger of the two sizes.
+inline size_t signed_panel_bytes(int64_t K, int64_t lanes) {
+    const auto l = static_cast<size_t>(lanes);
+    return l * static_cast<size_t>(K) + l * static_cast<size_t>(K / 16) * 4 +
+           l * static_cast<size_t>(K / 32) * 4;
+}
+
+inline SignedPanel signed_panel_at(void* p, int64_t K, int64_t G, int64_t lanes) {
+    auto* b = static_cast<uint8_t*>(p);
+    SignedPanel f;
+    f.v = reinterpret_cast<int8_t*>(b);
+    f.s = reinterpret_cast<float*>(b + lanes * K);
+    f.o = f.s + lanes * (K / G);
+    return f;
+}
+
+}  // namespace minfer::cpu::gemm_layout
