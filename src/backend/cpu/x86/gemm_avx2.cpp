@@ -41,11 +41,6 @@ static_assert(kPanels % kMR == 0);
 
 using gemm_layout::has_mins;
 using gemm_layout::RowsForm;
-using gemm_layout::rows_form_bytes;
-
-RowsForm rows_form(void* scratch, int64_t K) {  // kLanes rows
-    return gemm_layout::rows_form(scratch, K, kLanes);
-}
 
 size_t rows_form_bytes(int64_t K) {
     return gemm_layout::rows_form_bytes(K, kLanes);
@@ -62,9 +57,15 @@ size_t panel_bytes(int64_t K) {
     return gemm_layout::signed_panel_bytes(K, kLanes);
 }
 
+#ifdef MINFER_GEMM_AVX2  // the kernels' helpers (the sizes above serve every build)
+RowsForm rows_form(void* scratch, int64_t K) {  // kLanes rows
+    return gemm_layout::rows_form(scratch, K, kLanes);
+}
+
 Panel panel_at(void* p, int64_t K, int64_t G) {
     return gemm_layout::signed_panel_at(p, K, G, kLanes);
 }
+#endif
 
 // Most quads whose int16 pair sums can be added before vpmaddwd widens
 // them: each pair sum is at most 2 * max|w| * 127, and D of them must stay
