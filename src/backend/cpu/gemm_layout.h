@@ -62,4 +62,28 @@ inline SignedPanel signed_panel_at(void* p, int64_t K, int64_t G, int64_t lanes)
     return f;
 }
 
+// The scratch of one signed-GEMM call (gemm_rows of the AVX2 and ARM64
+// kernels): `panels` panels of `lanes` rows, `lanes` rows in the common
+// form, and one GGUF row (< 2 bytes per element for the types here).
+inline size_t signed_scratch_bytes(int64_t K, int64_t lanes, int64_t panels) {
+    return static_cast<size_t>(panels) * signed_panel_bytes(K, lanes) + rows_form_bytes(K, lanes) +
+           2 * static_cast<size_t>(K);
+}
+
+struct SignedScratch {
+    RowsForm rows;
+    uint8_t* gguf_row;
+};
+
+// Carves scratch (signed_scratch_bytes) into panels p[0, panels) for group
+// size G, the rows and the GGUF row.
+inline SignedScratch carve_signed_scratch(void* scratch, int64_t K, int64_t G, int64_t lanes,
+                                          int64_t panels, SignedPanel* p) {
+    auto* base = static_cast<uint8_t*>(scratch);
+    const size_t pb = signed_panel_bytes(K, lanes);
+    for (int64_t i = 0; i < panels; ++i) p[i] = signed_panel_at(base + i * pb, K, G, lanes);
+    base += panels * pb;
+    return {rows_form(base, K, lanes), base + rows_form_bytes(K, lanes)};
+}
+
 }  // namespace minfer::cpu::gemm_layout

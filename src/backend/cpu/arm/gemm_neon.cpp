@@ -39,14 +39,6 @@ constexpr int kPanels = 4;      // panels per tile: 16 rows (untuned: emulation 
 using gemm_layout::has_mins;
 using gemm_layout::RowsForm;
 
-RowsForm rows_form(void* scratch, int64_t K) {  // kRows rows
-    return gemm_layout::rows_form(scratch, K, kRows);
-}
-
-size_t rows_form_bytes(int64_t K) {
-    return gemm_layout::rows_form_bytes(K, kRows);
-}
-
 // How a panel's values are arranged for the instruction that reads them.
 //   Quads (neon, dotprod): quad q (values 4q..4q+3) of row l at
 //     v[(4q + l) * 4], so one 16-byte load holds 4 values of every row and
@@ -60,14 +52,6 @@ enum class Layout { Quads, Pairs };
 
 // One panel: 4 weight rows in the form the micro-kernels read (the layout above).
 using Panel = gemm_layout::SignedPanel;  // v [K * 4], s [K/G][4], o [K/32][4]
-
-size_t panel_bytes(int64_t K) {
-    return gemm_layout::signed_panel_bytes(K, kRows);
-}
-
-Panel panel_at(void* p, int64_t K, int64_t G) {
-    return gemm_layout::signed_panel_at(p, K, G, kRows);
-}
 
 // Rows [r0, r1) (at most 4) of w into a panel; rows past r1 - r0 are zero
 // (values and scales). An interleaved w (tensor/interleave.h: the AVX-512
@@ -285,10 +269,7 @@ int64_t gemm_tile_rows() {
 }
 
 size_t gemm_scratch_bytes(int64_t K) {
-    // kPanels panels, 4 rows in the common form and one GGUF row (< 2
-    // bytes per element for the types here)
-    return static_cast<size_t>(kPanels) * panel_bytes(K) + rows_form_bytes(K) +
-           2 * static_cast<size_t>(K);
+    return gemm_layout::signed_scratch_bytes(K, kRows, kPanels);
 }
 
 void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_bytes, int64_t K,
@@ -303,10 +284,7 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
     const Layout layout = lv == Level::Mmla ? Layout::Pairs : Layout::Quads;
     const int n_panels = static_cast<int>((n + kRows - 1) / kRows);
     Panel p[kPanels];
-    auto* base = static_cast<uint8_t*>(scratch);
-    for (int i = 0; i < kPanels; ++i) p[i] = panel_at(base + i * panel_bytes(K), K, G);
-    const RowsForm rows = rows_form(base + kPanels * panel_bytes(K), K);
-    uint8_t* gguf_row = base + kPanels * panel_bytes(K) + rows_form_bytes(K);
+    const auto [rows, gguf_row] = gemm_layout::carve_signed_scratch(scratch, K, G, kRows, kPanels, p);
     for (int i = 0; i < n_panels; ++i)
         fill_panel(wtype, interleaved, w, w_row_bytes, K, G, r0 + kRows * i,
                    std::min(r1, r0 + kRows * i + kRows), layout, p[i], rows, gguf_row);

@@ -42,30 +42,12 @@ static_assert(kPanels % kMR == 0);
 using gemm_layout::has_mins;
 using gemm_layout::RowsForm;
 
-size_t rows_form_bytes(int64_t K) {
-    return gemm_layout::rows_form_bytes(K, kLanes);
-}
-
 // One panel: 8 weight rows in the form the micro-kernel reads. Values are
 // interleaved by 4 (quad q of row l at v[(q * 8 + l) * 4]), so one 32-byte
 // load gives 4 values of every row, and vpmaddubsw + vpmaddwd against 4
 // activation bytes broadcast to all lanes add their products into each
 // row's own lane: no horizontal sums.
 using Panel = gemm_layout::SignedPanel;  // v [K/4][8][4], s [K/G][8], o [K/32][8]
-
-size_t panel_bytes(int64_t K) {
-    return gemm_layout::signed_panel_bytes(K, kLanes);
-}
-
-#ifdef MINFER_GEMM_AVX2  // the kernels' helpers (the sizes above serve every build)
-RowsForm rows_form(void* scratch, int64_t K) {  // kLanes rows
-    return gemm_layout::rows_form(scratch, K, kLanes);
-}
-
-Panel panel_at(void* p, int64_t K, int64_t G) {
-    return gemm_layout::signed_panel_at(p, K, G, kLanes);
-}
-#endif
 
 // Most quads whose int16 pair sums can be added before vpmaddwd widens
 // them: each pair sum is at most 2 * max|w| * 127, and D of them must stay
@@ -327,10 +309,7 @@ int64_t gemm_tile_rows() {
 }
 
 size_t gemm_scratch_bytes(int64_t K) {
-    // kPanels panels, 8 rows in the common form and one GGUF row (< 2
-    // bytes per element for the types here)
-    return static_cast<size_t>(kPanels) * panel_bytes(K) + rows_form_bytes(K) +
-           2 * static_cast<size_t>(K);
+    return gemm_layout::signed_scratch_bytes(K, kLanes, kPanels);
 }
 
 void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_bytes, int64_t K,
@@ -343,10 +322,7 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
     const int64_t G = wtype == DType::Q6_K ? 16 : 32;
     const int n_panels = static_cast<int>((n + kLanes - 1) / kLanes);
     Panel p[kPanels];
-    auto* base = static_cast<uint8_t*>(scratch);
-    for (int i = 0; i < kPanels; ++i) p[i] = panel_at(base + i * panel_bytes(K), K, G);
-    const RowsForm rows = rows_form(base + kPanels * panel_bytes(K), K);
-    uint8_t* gguf_row = base + kPanels * panel_bytes(K) + rows_form_bytes(K);
+    const auto [rows, gguf_row] = gemm_layout::carve_signed_scratch(scratch, K, G, kLanes, kPanels, p);
     for (int i = 0; i < n_panels; ++i)
         fill_panel(wtype, interleaved, w, w_row_bytes, K, G, r0 + kLanes * i,
                    std::min(r1, r0 + kLanes * i + kLanes), p[i], rows, gguf_row);
