@@ -126,3 +126,20 @@ MINFER_UNPACK_TARGET inline void unpack_row_portable(DType t, const uint8_t* row
             MINFER_ASSERT_MSG(false, "gemm: no unpacker for this type");
     }
 }
+
+// Rows [r0, r0 + n) of w (row stride w_row_bytes) into the common form;
+// an interleaved w (tensor/interleave.h: the AVX-512 layout) has each row
+// taken out to gguf_row first. (gemm_layout.h is included before this.)
+MINFER_UNPACK_TARGET inline void unpack_rows_portable(DType t, bool interleaved, const uint8_t* w,
+                                                      size_t w_row_bytes, int64_t K, int64_t r0,
+                                                      int64_t n, const gemm_layout::RowsForm& rows,
+                                                      uint8_t* gguf_row) {
+    for (int64_t l = 0; l < n; ++l) {
+        const uint8_t* src = w + static_cast<size_t>(r0 + l) * w_row_bytes;
+        if (interleaved) {
+            deinterleave_row(t, w, K, r0 + l, gguf_row);
+            src = gguf_row;
+        }
+        unpack_row_portable(t, src, K, rows.v + l * K, rows.s + l * (K / 16), rows.m + l * (K / 16));
+    }
+}

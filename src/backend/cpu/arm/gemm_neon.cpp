@@ -61,15 +61,7 @@ void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t w_row_bytes,
                 int64_t G, int64_t r0, int64_t r1, Layout layout, const Panel& p,
                 const RowsForm& rows, uint8_t* gguf_row) {
     const int64_t n = r1 - r0;
-    for (int64_t l = 0; l < n; ++l) {
-        const uint8_t* src = w + static_cast<size_t>(r0 + l) * w_row_bytes;
-        if (interleaved) {
-            deinterleave_row(t, w, K, r0 + l, gguf_row);
-            src = gguf_row;
-        }
-        unpack_row_portable(t, src, K, rows.v + l * K, rows.s + l * (K / kGroup),
-                            rows.m + l * (K / kGroup));
-    }
+    unpack_rows_portable(t, interleaved, w, w_row_bytes, K, r0, n, rows, gguf_row);
     // 16 values of each row at a time: a 4 x 4 transpose of 32-bit quads
     // (Quads) or of 64-bit halves within each row pair (Pairs).
     for (int64_t k = 0; k < K; k += 16) {

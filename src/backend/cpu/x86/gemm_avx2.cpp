@@ -100,15 +100,7 @@ MINFER_AVX2_TARGET void fill_panel(DType t, bool interleaved, const uint8_t* w, 
                                    int64_t K, int64_t G, int64_t r0, int64_t r1, const Panel& p,
                                    const RowsForm& rows, uint8_t* gguf_row) {
     const int64_t n = r1 - r0;
-    for (int64_t l = 0; l < n; ++l) {
-        const uint8_t* src = w + static_cast<size_t>(r0 + l) * w_row_bytes;
-        if (interleaved) {
-            deinterleave_row(t, w, K, r0 + l, gguf_row);
-            src = gguf_row;
-        }
-        unpack_row_portable(t, src, K, rows.v + l * K, rows.s + l * (K / kGroup),
-                            rows.m + l * (K / kGroup));
-    }
+    unpack_rows_portable(t, interleaved, w, w_row_bytes, K, r0, n, rows, gguf_row);
     for (int64_t q0 = 0; q0 < K / 4; q0 += 8) {
         __m256i r[8];
         for (int l = 0; l < 8; ++l)
