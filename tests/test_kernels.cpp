@@ -1197,6 +1197,63 @@ TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
     if (levels == 0) GTEST_SKIP() << "no SIMD attention kernel on this CPU";
 }
 
+TEST(CpuAttn, ATokenAloneIsBitwiseItsRowsInAChunk) {
+    // A decode token (1 token: `group` rows; up to 4 rows take the keys-in-
+    // lanes kernel) against the same token inside a 21-token prompt chunk
+    // (the many-rows kernel, causal masks inside a vector): the outputs must
+    // be bitwise equal, so a sequence's result does not depend on how its
+    // prompt was chunked or what shares its pass. GQA 1:1, 2:1, 4:1 (few
+    // rows alone) and 7:1 (many rows both ways); key counts 24..44, not
+    // multiples of 8 or 16.
+    const auto levels = attn_simd_levels();
+    if (levels.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
+    for (cpu::IsaLevel l : levels) {
+        IsaCap cap(l);
+        for (AttnSetup s : {AttnSetup{2, 2, 64, 48}, AttnSetup{4, 2, 128, 48},
+                            AttnSetup{8, 2, 64, 48}, AttnSetup{14, 2, 64, 48}})
+            for (DType kvt : {DType::F32, DType::F16}) {
+                SCOPED_TRACE(std::string(cpu::isa_name(l)) + " " + std::string(dtype_name(kvt)) +
+                             " heads=" + std::to_string(s.n_head));
+                const int64_t kv = int64_t{s.n_head_kv} * s.hd, nq = int64_t{s.n_head} * s.hd;
+                const int64_t n_tok = 21, p0 = 24;
+                auto k_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 41);
+                auto v_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 42);
+                std::vector<uint16_t> k16(k_all.size()), v16(v_all.size());
+                for (size_t i = 0; i < k_all.size(); ++i) {
+                    k16[i] = fp32_to_fp16(k_all[i]);
+                    v16[i] = fp32_to_fp16(v_all[i]);
+                }
+                const bool f16 = kvt == DType::F16;
+                void* K = f16 ? static_cast<void*>(k16.data()) : k_all.data();
+                void* V = f16 ? static_cast<void*>(v16.data()) : v_all.data();
+                auto q = random_floats(static_cast<size_t>(nq * n_tok), 43);
+                std::vector<int32_t> pos(static_cast<size_t>(n_tok));
+                for (int64_t i = 0; i < n_tok; ++i) pos[size_t(i)] = int32_t(p0 + i);
+                ThreadPool pool(2);
+                auto run = [&](const float* qs, const int32_t* ps, int64_t n, float* out) {
+                    Node node = make_node(Op::Attn, {nq, n, 1, 1});
+                    node.meta = s.meta();
+                    node.meta.kv_type = kvt;
+                    NodeData d{{qs, nullptr, ps},
+                               out,
+                               K,
+                               V,
+                               {{nq, n, 1, 1}, {kv, s.n_ctx, 1, 1}, {n, 1, 1, 1}}};
+                    cpu::run_node(node, d, pool);
+                };
+                std::vector<float> chunk(static_cast<size_t>(nq * n_tok), NAN);
+                run(q.data(), pos.data(), n_tok, chunk.data());
+                for (int64_t t = 0; t < n_tok; ++t) {
+                    std::vector<float> alone(static_cast<size_t>(nq), NAN);
+                    run(q.data() + t * nq, pos.data() + t, 1, alone.data());
+                    ASSERT_EQ(0, std::memcmp(alone.data(), chunk.data() + t * nq,
+                                             static_cast<size_t>(nq) * 4))
+                        << "token " << t << " (position " << p0 + t << ")";
+                }
+            }
+    }
+}
+
 TEST(CpuAttn, ManyRowsPathMatchesScalarLoopForF32AndF16Caches) {
     // A prompt chunk (the many-rows kernel): 21 tokens at positions 24..44,
     // so blocks of tokens see different key counts (causal masking inside a

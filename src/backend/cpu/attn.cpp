@@ -15,13 +15,17 @@
 #include <immintrin.h>
 #define MINFER_ATTN_X86 1
 #include "backend/cpu/simd_exp.h"
+#include "backend/cpu/x86/transpose_avx2.h"
 #endif
 
 namespace minfer::cpu {
 
 size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd) {
+    // q^T, scores, key counts, K and V rows as floats (the AVX-512 kernel
+    // gathers them all; the AVX2 one converts a block of 32 keys at a time)
     const int64_t lanes = (rows + 15) / 16 * 16, n_kv_pad = (n_kv_max + 3) / 4 * 4;
-    return static_cast<size_t>(lanes * hd + n_kv_pad * lanes + lanes + 2 * n_kv_pad * hd);
+    return static_cast<size_t>(lanes * hd + n_kv_pad * lanes + lanes +
+                               2 * std::max<int64_t>(n_kv_pad, 32) * hd);
 }
 
 #ifdef MINFER_ATTN_X86
@@ -398,31 +402,65 @@ MINFER_AVX2 void attn_head_avx2(bool f16, const float* q, const void* k, const v
     }
 }
 
-// ---- many query rows at once, 8 rows per vector ----
-
-// Rows of an f16 cache as floats: `count` contiguous rows (src: the first
-// row's head slice) into dst [count][hd].
-MINFER_AVX2 void rows_to_f32_run_avx2(const uint16_t* src, int64_t kv_row, int64_t count,
-                                      int64_t hd, float* dst) {
-    for (int64_t j = 0; j < count; ++j)
-        for (int64_t d = 0; d < hd; d += 8)
-            _mm256_storeu_ps(dst + j * hd + d, load8(true, src, j * kv_row + d));
+// Element offset of key j's row (this head's slice) in the region bases.
+inline int64_t kv_elem(const AttnRows& a, int64_t j) {
+    int64_t cell = j;
+    if (a.pages) cell = int64_t{a.pages[j / a.page_cells]} * a.page_cells + j % a.page_cells;
+    return cell * a.kv_row + a.off;
 }
 
-// Scores of one 8-row block against keys [j0, j0 + count) (k: key j0's row,
-// k_stride floats apart; count a multiple of kKeysPerStep, rows past
-// n_kv_max clamped to the last one): st[j][lane] = q_lane . k_j * scale, or
-// -inf for keys at or past the lane's n_kv.
-MINFER_AVX2 void rows_scores_run_avx2(const float* qt, int64_t hd, const float* k, int64_t k_stride,
-                                      int64_t j0, int64_t count, int64_t n_kv_max, __m256i lane_kv,
-                                      float scale, float* st, int64_t st_stride) {
+// Asks for the rows of keys [j0, j1) ahead of their use: rows of a head's
+// slice lie n_head_kv slices apart, a stride the hardware prefetchers follow
+// poorly (without this the K/V reads stalled on memory for a fifth of the
+// many-rows kernel's time at depth 4096).
+inline void prefetch_rows(const AttnRows& a, const void* base, int64_t j0, int64_t j1) {
+    const int64_t es = a.f16 ? 2 : 4, bytes = a.hd * es;
+    for (int64_t j = j0; j < j1; ++j) {
+        const char* row = static_cast<const char*>(base) + kv_elem(a, j) * es;
+        for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
+    }
+}
+
+// ---- many query rows at once, 8 rows per vector ----
+// Keys go in blocks of kKeyBlock: a block's K rows (and in the second pass
+// its V rows) are converted from an f16 cache into a small scratch, or read
+// in place from an f32 cache, so each is read from memory once per call and
+// stays in L1 while every 8-row vector of the call uses it (the whole run
+// converted up front, 2 x 2 MB a KV head at depth 4096, was read back from
+// L3 by every vector).
+constexpr int64_t kKeyBlock = 32;
+
+// Row pointers (floats) of keys [j0, j0 + n): into the cache (f32) or
+// converted into buf [n][hd] (f16); keys past n_kv_max repeat the last key
+// (their scores are masked, their probabilities never read).
+MINFER_AVX2 void key_block_rows(const AttnRows& a, const void* base, int64_t j0, int64_t n,
+                                int64_t n_kv_max, float* buf, const float** rows) {
+    prefetch_rows(a, base, j0 + n, std::min(j0 + 2 * n, n_kv_max));
+    for (int64_t l = 0; l < n; ++l) {
+        const int64_t e = kv_elem(a, std::min(j0 + l, n_kv_max - 1));
+        if (!a.f16) {
+            rows[l] = static_cast<const float*>(base) + e;
+            continue;
+        }
+        for (int64_t d = 0; d < a.hd; d += 8)
+            _mm256_storeu_ps(buf + l * a.hd + d, load8(true, base, e + d));
+        rows[l] = buf + l * a.hd;
+    }
+}
+
+// Scores of one 8-row block against keys [j0, j0 + count) (k[l]: key j0 +
+// l's row; count a multiple of kKeysPerStep): st[j][lane] = q_lane . k_j *
+// scale (one FMA chain over d), or -inf for keys at or past the lane's n_kv.
+MINFER_AVX2 void rows_scores_block_avx2(const float* qt, int64_t hd, const float* const* k,
+                                        int64_t j0, int64_t count, __m256i lane_kv, float scale,
+                                        float* st, int64_t st_stride) {
     const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < count; j += kKeysPerStep) {
         __m256 acc[kKeysPerStep];
         const float* kj[kKeysPerStep];
         for (int u = 0; u < kKeysPerStep; ++u) {
             acc[u] = _mm256_setzero_ps();
-            kj[u] = k + (std::min(j0 + j + u, n_kv_max - 1) - j0) * k_stride;
+            kj[u] = k[j + u];
         }
         for (int64_t d = 0; d < hd; ++d) {
             const __m256 qd = _mm256_loadu_ps(qt + d * 8);
@@ -430,51 +468,45 @@ MINFER_AVX2 void rows_scores_run_avx2(const float* qt, int64_t hd, const float* 
                 acc[u] = _mm256_fmadd_ps(qd, _mm256_broadcast_ss(kj[u] + d), acc[u]);
         }
         for (int u = 0; u < kKeysPerStep; ++u) {
+            const int64_t key = j0 + j + u;
             const __m256 live = _mm256_castsi256_ps(
-                _mm256_cmpgt_epi32(lane_kv, _mm256_set1_epi32(static_cast<int32_t>(j0 + j + u))));
-            _mm256_storeu_ps(st + (j + u) * st_stride,
+                _mm256_cmpgt_epi32(lane_kv, _mm256_set1_epi32(static_cast<int32_t>(key))));
+            _mm256_storeu_ps(st + key * st_stride,
                              _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[u], vscale), live));
         }
     }
 }
 
-// out[r][c0 * 8 ..] += sum_j p[j][r] * v_j over `count` contiguous value rows
-// (v: the first row's columns c0 * 8 ..), NC vectors per row, R rows in
-// registers; keys a row does not see have p = 0.
-template <int NC>
-MINFER_AVX2 void rows_pv_run_avx2(const float* p, int64_t p_stride, int64_t r0, int nr,
-                                  const float* v, int64_t v_row, int64_t count, __m256* acc) {
-    constexpr int R = NC >= 8 ? 1 : 8 / NC > 4 ? 4 : 8 / NC;
-    for (int64_t j = 0; j < count; ++j) {
-        const float* vj = v + j * v_row;
-        __m256 vv[NC];
-        for (int u = 0; u < NC; ++u) vv[u] = _mm256_loadu_ps(vj + 8 * u);
-        for (int i = 0; i < R; ++i) {
-            if (i >= nr) break;
-            const __m256 pj = _mm256_broadcast_ss(p + j * p_stride + r0 + i);
-            for (int u = 0; u < NC; ++u)
-                acc[i * NC + u] = _mm256_fmadd_ps(pj, vv[u], acc[i * NC + u]);
+// out[r] (+)= sum_j p[j][r] * v_j over keys [j0, j0 + count) (v[l]: key j0
+// + l's row), R rows x 2 vectors of the head in registers at a time; the
+// first key block starts from zero, later ones from what out holds (a
+// float stored and reloaded: the FMA chain over keys is unchanged).
+template <int R>
+MINFER_AVX2 void rows_pv_block_avx2(const float* p, int64_t p_stride, const float* const* v,
+                                    int64_t j0, int64_t count, int64_t hd, float* const* out) {
+    for (int64_t c = 0; c < hd; c += 16) {
+        __m256 acc[R][2];
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < 2; ++u)
+                acc[r][u] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out[r] + c + 8 * u);
+        for (int64_t j = 0; j < count; ++j) {
+            const __m256 v0 = _mm256_loadu_ps(v[j] + c), v1 = _mm256_loadu_ps(v[j] + c + 8);
+            const float* pj = p + (j0 + j) * p_stride;
+            for (int r = 0; r < R; ++r) {
+                const __m256 pr = _mm256_broadcast_ss(pj + r);
+                acc[r][0] = _mm256_fmadd_ps(pr, v0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(pr, v1, acc[r][1]);
+            }
         }
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < 2; ++u) _mm256_storeu_ps(out[r] + c + 8 * u, acc[r][u]);
     }
 }
-
-template <int NC>
-MINFER_AVX2 void rows_pv_avx2(const float* p, int64_t p_stride, int64_t rows,
-                              const int32_t* n_kv_row, const float* v, int64_t v_row, int c0,
-                              float* const* out) {
-    constexpr int R = NC >= 8 ? 1 : 8 / NC > 4 ? 4 : 8 / NC;
-    for (int64_t r0 = 0; r0 < rows; r0 += R) {
-        const int nr = static_cast<int>(std::min<int64_t>(R, rows - r0));
-        int64_t n_kv = 0;
-        for (int i = 0; i < nr; ++i) n_kv = std::max<int64_t>(n_kv, n_kv_row[r0 + i]);
-        __m256 acc[R * NC];
-        for (int i = 0; i < R * NC; ++i) acc[i] = _mm256_setzero_ps();
-        rows_pv_run_avx2<NC>(p, p_stride, r0, nr, v + 8 * c0, v_row, n_kv, acc);
-        for (int i = 0; i < nr; ++i)
-            for (int u = 0; u < NC; ++u)
-                _mm256_storeu_ps(out[r0 + i] + 8 * (c0 + u), acc[i * NC + u]);
-    }
-}
+using RowsPvFn = void (*)(const float*, int64_t, const float* const*, int64_t, int64_t, int64_t,
+                          float* const*);
+constexpr int kPvRows = 4;  // 8 accumulators, 2 V vectors, a broadcast: 11 of 16 registers
+constexpr std::array<RowsPvFn, kPvRows> kRowsPv = {&rows_pv_block_avx2<1>, &rows_pv_block_avx2<2>,
+                                                   &rows_pv_block_avx2<3>, &rows_pv_block_avx2<4>};
 
 MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
     const int64_t hd = a.hd, rows = a.n_tokens * a.group, nrv = (rows + 7) / 8;
@@ -482,46 +514,28 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
     for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
     const int64_t n_kv_pad = (n_kv_max + kKeysPerStep - 1) / kKeysPerStep * kKeysPerStep;
     // scratch (fits attn_rows_scratch_floats, sized for 16 lanes): q^T
-    // [nrv][hd][8] | scores [n_kv_pad][nrv * 8] | row n_kv [nrv * 8] | K and
-    // V rows as floats [n_kv_pad][hd] each
+    // [nrv][hd][8] | scores [n_kv_pad][nrv * 8] | row n_kv [nrv * 8] | one
+    // key block of K or V rows as floats [kKeyBlock][hd]
     float* qt = scratch;
     float* st = qt + nrv * hd * 8;
     const int64_t st_stride = nrv * 8;
     auto* row_kv = reinterpret_cast<int32_t*>(st + n_kv_pad * st_stride);
-    float* kf = reinterpret_cast<float*>(row_kv + st_stride);
-    float* vf = kf + n_kv_pad * hd;
+    float* buf = reinterpret_cast<float*>(row_kv + st_stride);
+    const float* kv_rows[kKeyBlock];
 
     transpose_q_rows(a, 8, st_stride, qt, row_kv);
-    // K and V rows as floats, gathered page by page (each page a contiguous
-    // run of cells, as in attn_rows_avx512; an f16 cache is converted once
-    // per call). Key steps past n_kv_max clamp to the last row (see
-    // rows_scores_run_avx2), so the padding rows are never read.
-    for_each_kv_run(a, n_kv_max, [&](int64_t j0, int64_t first, int64_t run) {
-        if (a.f16) {
-            rows_to_f32_run_avx2(static_cast<const uint16_t*>(a.k) + first, a.kv_row, run, hd,
-                                 kf + j0 * hd);
-            rows_to_f32_run_avx2(static_cast<const uint16_t*>(a.v) + first, a.kv_row, run, hd,
-                                 vf + j0 * hd);
-            return;
-        }
-        for (int64_t j = 0; j < run; ++j) {
-            const size_t src = static_cast<size_t>(first + j * a.kv_row);
-            std::memcpy(kf + (j0 + j) * hd, static_cast<const float*>(a.k) + src,
-                        static_cast<size_t>(hd) * sizeof(float));
-            std::memcpy(vf + (j0 + j) * hd, static_cast<const float*>(a.v) + src,
-                        static_cast<size_t>(hd) * sizeof(float));
-        }
-    });
-    const float* kr = kf;
-    const float* vr = vf;
-    const int64_t k_stride = hd;
+    for (int64_t j0 = 0; j0 < n_kv_pad; j0 += kKeyBlock) {
+        const int64_t n = std::min(kKeyBlock, n_kv_pad - j0);
+        key_block_rows(a, a.k, j0, n, n_kv_max, buf, kv_rows);
+        for (int64_t rv = 0; rv < nrv; ++rv)
+            rows_scores_block_avx2(
+                qt + rv * hd * 8, hd, kv_rows, j0, n,
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_kv + rv * 8)), a.scale,
+                st + rv * 8, st_stride);
+    }
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t rv = 0; rv < nrv; ++rv) {
-        const __m256i lane_kv =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_kv + rv * 8));
         float* stv = st + rv * 8;
-        rows_scores_run_avx2(qt + rv * hd * 8, hd, kr, k_stride, 0, n_kv_pad, n_kv_max, lane_kv,
-                             a.scale, stv, st_stride);
         // Softmax down each lane, as attn_rows_avx512.
         __m256 mx = ninf;
         for (int64_t j = 0; j < n_kv_max; ++j)
@@ -549,26 +563,203 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
             _mm256_storeu_ps(sj, p);
         }
     }
-    // out = P V, in column chunks of at most 8 vectors (AVX2 has 16 registers).
+    // out = P V, key block by key block; a group of rows runs to the largest
+    // key count among them (keys a row does not see have p = 0).
     float* outs[kMaxRows];
     for (int64_t r = 0; r < rows; ++r)
         outs[r] = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
-    const int nv = static_cast<int>(hd / 8);
-    for (int c0 = 0; c0 < nv; c0 += 8) {
-        switch (std::min(8, nv - c0)) {
-            case 2:
-                rows_pv_avx2<2>(st, st_stride, rows, row_kv, vr, k_stride, c0, outs);
-                break;
-            case 4:
-                rows_pv_avx2<4>(st, st_stride, rows, row_kv, vr, k_stride, c0, outs);
-                break;
-            case 6:
-                rows_pv_avx2<6>(st, st_stride, rows, row_kv, vr, k_stride, c0, outs);
-                break;
-            default:
-                rows_pv_avx2<8>(st, st_stride, rows, row_kv, vr, k_stride, c0, outs);
-                break;
+    for (int64_t j0 = 0; j0 < n_kv_max; j0 += kKeyBlock) {
+        const int64_t n = std::min(kKeyBlock, n_kv_max - j0);
+        key_block_rows(a, a.v, j0, n, n_kv_max, buf, kv_rows);
+        for (int64_t r0 = 0; r0 < rows; r0 += kPvRows) {
+            const int nr = static_cast<int>(std::min<int64_t>(kPvRows, rows - r0));
+            int64_t n_kv = 0;
+            for (int i = 0; i < nr; ++i) n_kv = std::max<int64_t>(n_kv, row_kv[r0 + i]);
+            const int64_t count = std::min(n, n_kv - j0);
+            if (count > 0)
+                kRowsPv[static_cast<size_t>(nr - 1)](st + r0, st_stride, kv_rows, j0, count, hd,
+                                                     outs + r0);
         }
+    }
+}
+
+// ---- few query rows (a decode token): keys in the lanes ----
+// A decode token brings `group` rows (2 for qwen3), which would fill 2 of
+// the 8 or 16 lanes of the many-rows kernels and make them convert and
+// copy the whole K/V run for a few FMAs per key. Here 8 keys share a
+// vector instead: an 8 x 8 block (8 keys, 8 dims) is loaded straight from
+// the cache, converted and transposed in registers, and each row's scores
+// take one FMA per dim: per (row, key) the same FMA chain as the many-rows
+// kernels (d ascending from zero, then times scale), the same softmax sums
+// (each 16 keys in float in key order, then in double) and the same P V
+// chain per output (keys ascending from zero). So a token's output is
+// bitwise the same whichever kernel its pass picks (batch invariance).
+constexpr int64_t kFewRows = 4;
+
+// st[r][j] (row stride sst) = q_r . k_j * scale for keys [0, n_kv_pad8),
+// -inf past row r's key count; qr [rows][hd] already f16-rounded as needed.
+template <int R>
+MINFER_AVX2 void few_rows_scores_avx2(const AttnRows& a, const float* qr, const int32_t* row_kv,
+                                      int64_t n_kv_max, float* st, int64_t sst) {
+    constexpr int rows = R;  // a constant, so the accumulators stay in registers
+    const int64_t hd = a.hd;
+    const __m256 vscale = _mm256_set1_ps(a.scale), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t j0 = 0; j0 < n_kv_max; j0 += 8) {
+        prefetch_rows(a, a.k, std::min(j0 + 32, n_kv_max), std::min(j0 + 40, n_kv_max));
+        int64_t e[8];  // rows past n_kv_max repeat the last key (masked below)
+        for (int l = 0; l < 8; ++l) e[l] = kv_elem(a, std::min(j0 + l, n_kv_max - 1));
+        __m256 acc[R];
+        for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps();
+        for (int64_t d0 = 0; d0 < hd; d0 += 8) {
+            __m256i kd[8];
+            for (int l = 0; l < 8; ++l) kd[l] = _mm256_castps_si256(load8(a.f16, a.k, e[l] + d0));
+            simd::transpose8x8(kd);  // kd[i]: dim d0 + i of the 8 keys
+            for (int i = 0; i < 8; ++i)
+                for (int r = 0; r < rows; ++r)
+                    acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qr + r * hd + d0 + i),
+                                             _mm256_castsi256_ps(kd[i]), acc[r]);
+        }
+        const __m256i key = _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int32_t>(j0)));
+        for (int r = 0; r < rows; ++r) {
+            const __m256 live =
+                _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(row_kv[r]), key));
+            _mm256_storeu_ps(st + r * sst + j0,
+                             _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[r], vscale), live));
+        }
+    }
+}
+
+// s[j] = exp(s[j] - mx) for j < n (n a multiple of 16), with the exp of
+// the level's many-rows kernel, so the values are bitwise the same.
+MINFER_AVX2 void exp_run_avx2(float* s, int64_t n, float mx) {
+    const __m256 vm = _mm256_set1_ps(mx);
+    for (int64_t j = 0; j < n; j += 8)
+        _mm256_storeu_ps(s + j, simd::exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm)));
+}
+MINFER_AVX512 void exp_run_avx512(float* s, int64_t n, float mx) {
+    const __m512 vm = _mm512_set1_ps(mx);
+    for (int64_t j = 0; j < n; j += 16)
+        _mm512_storeu_ps(s + j, simd::exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm)));
+}
+
+// out_r[c0 * 8 ..] (+)= sum_j p_r[j] v_j over keys [j0, j1), NC vectors of
+// the head, the rows' accumulators in registers (reloaded from out after
+// the first key block: a float store and load change nothing).
+template <int NC, int R>
+MINFER_AVX2 void few_rows_pv_block_avx2(const AttnRows& a, const float* p, int64_t sp,
+                                        const int64_t* e, int64_t j0, int64_t j1, int c0,
+                                        float* const* out) {
+    __m256 acc[R][NC];
+    for (int r = 0; r < R; ++r)
+        for (int u = 0; u < NC; ++u)
+            acc[r][u] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out[r] + 8 * (c0 + u));
+    for (int64_t j = j0; j < j1; ++j) {
+        __m256 vv[NC];
+        for (int u = 0; u < NC; ++u) vv[u] = load8(a.f16, a.v, e[j - j0] + 8 * (c0 + u));
+        for (int r = 0; r < R; ++r) {
+            const __m256 pj = _mm256_broadcast_ss(p + r * sp + j);
+            for (int u = 0; u < NC; ++u) acc[r][u] = _mm256_fmadd_ps(pj, vv[u], acc[r][u]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int u = 0; u < NC; ++u) _mm256_storeu_ps(out[r] + 8 * (c0 + u), acc[r][u]);
+}
+
+template <int R>
+MINFER_AVX2 void few_rows_pv_avx2(const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
+                                  float* const* out) {
+    // Key blocks of 64: a block's V rows (16-32 KB of one head) stay in L1
+    // while the column chunks pass over them; 4 accumulators a row for 1-2
+    // rows, 2 for 3-4 (16 registers).
+    constexpr int64_t kBlock = 64;
+    constexpr int NC = R <= 2 ? 4 : 2;
+    const int nv = static_cast<int>(a.hd / 8);
+    int64_t e[kBlock];
+    for (int64_t j0 = 0; j0 < n_kv; j0 += kBlock) {
+        const int64_t j1 = std::min(n_kv, j0 + kBlock);
+        prefetch_rows(a, a.v, j1, std::min(n_kv, j1 + kBlock));
+        for (int64_t j = j0; j < j1; ++j) e[j - j0] = kv_elem(a, j);
+        int c0 = 0;
+        for (; c0 + NC <= nv; c0 += NC) few_rows_pv_block_avx2<NC, R>(a, p, sp, e, j0, j1, c0, out);
+        for (; c0 < nv; ++c0) few_rows_pv_block_avx2<1, R>(a, p, sp, e, j0, j1, c0, out);
+    }
+}
+
+// The kernel for at most kFewRows rows; `wide_exp`: the AVX-512 level's exp.
+MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide_exp) {
+    const int64_t hd = a.hd;
+    const int rows = static_cast<int>(a.n_tokens * a.group);
+    MINFER_ASSERT(rows >= 1 && rows <= kFewRows);
+    int64_t n_kv_max = 0;
+    int32_t row_kv[kFewRows];
+    for (int r = 0; r < rows; ++r) {
+        row_kv[r] = a.n_kv[r / a.group];
+        n_kv_max = std::max<int64_t>(n_kv_max, row_kv[r]);
+    }
+    // scratch (within attn_rows_scratch_floats): q rows [rows][hd] | scores
+    // [rows][sst], each row padded with -inf to a multiple of 16 keys
+    const int64_t sst = (n_kv_max + 15) / 16 * 16;
+    float* qr = scratch;
+    float* st = qr + rows * hd;
+    for (int r = 0; r < rows; ++r)
+        for (int64_t d = 0; d < hd; ++d) {
+            float x = a.q[(r / a.group) * a.q_stride + (r % a.group) * hd + d];
+            if (a.f16) x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            qr[r * hd + d] = x;
+        }
+    switch (rows) {
+        case 1:
+            few_rows_scores_avx2<1>(a, qr, row_kv, n_kv_max, st, sst);
+            break;
+        case 2:
+            few_rows_scores_avx2<2>(a, qr, row_kv, n_kv_max, st, sst);
+            break;
+        case 3:
+            few_rows_scores_avx2<3>(a, qr, row_kv, n_kv_max, st, sst);
+            break;
+        default:
+            few_rows_scores_avx2<4>(a, qr, row_kv, n_kv_max, st, sst);
+            break;
+    }
+    for (int r = 0; r < rows; ++r) {
+        float* s = st + r * sst;
+        std::fill(s + (n_kv_max + 7) / 8 * 8, s + sst, -INFINITY);
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n_kv_max; ++j) mx = std::max(mx, s[j]);
+        if (wide_exp)
+            exp_run_avx512(s, sst, mx);
+        else
+            exp_run_avx2(s, sst, mx);
+        double sum = 0;
+        for (int64_t j0 = 0; j0 < n_kv_max; j0 += 16) {
+            float part = 0.0f;
+            for (int64_t j = j0; j < std::min(n_kv_max, j0 + 16); ++j) part += s[j];
+            sum += static_cast<double>(part);
+        }
+        const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
+        for (int64_t j = 0; j < sst; j += 8) {
+            __m256 p = _mm256_mul_ps(_mm256_loadu_ps(s + j), inv);
+            if (a.f16) p = round_f16_8(p);
+            _mm256_storeu_ps(s + j, p);
+        }
+    }
+    float* outs[kFewRows];
+    for (int r = 0; r < rows; ++r)
+        outs[r] = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
+    switch (rows) {
+        case 1:
+            few_rows_pv_avx2<1>(a, st, sst, n_kv_max, outs);
+            break;
+        case 2:
+            few_rows_pv_avx2<2>(a, st, sst, n_kv_max, outs);
+            break;
+        case 3:
+            few_rows_pv_avx2<3>(a, st, sst, n_kv_max, outs);
+            break;
+        default:
+            few_rows_pv_avx2<4>(a, st, sst, n_kv_max, outs);
+            break;
     }
 }
 
@@ -590,7 +781,10 @@ void attn_head_simd(bool f16, const float* q, const void* k, const void* v, int6
 
 void attn_rows_simd(const AttnRows& a, float* scratch) {
     MINFER_ASSERT(a.n_tokens * a.group <= kMaxRows);
-    if (isa_at_least(IsaLevel::Avx512) && has_avx512())
+    const bool avx512 = isa_at_least(IsaLevel::Avx512) && has_avx512();
+    if (a.n_tokens * a.group <= kFewRows)
+        attn_few_rows(a, scratch, avx512);
+    else if (avx512)
         attn_rows_avx512(a, scratch);
     else
         attn_rows_avx2(a, scratch);

@@ -295,13 +295,15 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
     const bool simd = attn_simd_supported(hd) && !scalar_attn_forced();
 
     if (simd) {
-        // Every token count takes the many-rows kernel, decode too: a
-        // token's result must not depend on how many tokens share its pass
-        // (batch invariance), and that kernel's rows are independent.
-        // Items (KV head, block of tokens of ONE sequence): the block's rows
-        // (token, head of the group) fill whole 16-lane vectors where the
-        // group allows.
-        int64_t tb = std::max<int64_t>(1, (32 + group - 1) / group);
+        // Every token count takes attn_rows_simd, decode too: a token's
+        // result must not depend on how many tokens share its pass (batch
+        // invariance), and that kernel's rows are independent (its few-rows
+        // and many-rows paths give the same bits). Items (KV head, block of
+        // tokens of ONE sequence): the block's rows (token, head of the
+        // group) fill whole 16-lane vectors where the group allows, at least
+        // 64 rows, over which each K/V row read (and converted from f16) is
+        // shared.
+        int64_t tb = std::max<int64_t>(1, (64 + group - 1) / group);
         for (int64_t t = tb; t * group <= kAttnMaxRows; ++t)
             if (t * group % 16 == 0) {
                 tb = t;

@@ -13,6 +13,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define MINFER_GEMM_AVX2 1
+#include "backend/cpu/x86/transpose_avx2.h"
 #endif
 
 namespace minfer::cpu::avx2 {
@@ -22,8 +23,8 @@ using namespace tensor;
 namespace {
 
 using gemm_layout::kGroup;  // elements per scale in the common form
-constexpr int kLanes = 8;       // weight rows per panel: the int32 lanes of a vector
-constexpr int kPanels = 4;      // panels per tile (32 rows, as the AVX-512 tile)
+constexpr int kLanes = 8;   // weight rows per panel: the int32 lanes of a vector
+constexpr int kPanels = 4;  // panels per tile (32 rows, as the AVX-512 tile)
 #ifndef MINFER_GEMM2_R
 #define MINFER_GEMM2_R 2
 #endif
@@ -74,25 +75,6 @@ constexpr int quads_per_widen(DType t) {
 #define MINFER_UNPACK_TARGET MINFER_AVX2_TARGET
 #include "backend/cpu/gemm_unpack.h"
 
-// Transposes 8 x 8 32-bit elements (r[i] lane j <-> r[j] lane i).
-MINFER_AVX2_TARGET inline void transpose8x8(__m256i r[8]) {
-    __m256i t[8], u[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int i = 0; i < 4; ++i) {
-        r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
-        r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
-    }
-}
-
 // Rows [r0, r1) (at most 8) of w into a panel; lanes past r1 - r0 are zero.
 // An interleaved w (the AVX-512 layout, when the cap was lowered after
 // loading) has each row taken out to gguf_row first.
@@ -108,7 +90,7 @@ MINFER_AVX2_TARGET void fill_panel(DType t, bool interleaved, const uint8_t* w, 
                 l < n
                     ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows.v + l * K + 4 * q0))
                     : _mm256_setzero_si256();
-        transpose8x8(r);
+        simd::transpose8x8(r);
         for (int i = 0; i < 8; ++i)
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.v + (q0 + i) * 32), r[i]);
     }
@@ -314,7 +296,8 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
     const int64_t G = wtype == DType::Q6_K ? 16 : 32;
     const int n_panels = static_cast<int>((n + kLanes - 1) / kLanes);
     Panel p[kPanels];
-    const auto [rows, gguf_row] = gemm_layout::carve_signed_scratch(scratch, K, G, kLanes, kPanels, p);
+    const auto [rows, gguf_row] =
+        gemm_layout::carve_signed_scratch(scratch, K, G, kLanes, kPanels, p);
     for (int i = 0; i < n_panels; ++i)
         fill_panel(wtype, interleaved, w, w_row_bytes, K, G, r0 + kLanes * i,
                    std::min(r1, r0 + kLanes * i + kLanes), p[i], rows, gguf_row);
