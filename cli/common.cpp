@@ -63,6 +63,11 @@ runtime::SessionOptions EngineFlags::session_options() const {
 std::string cpu_kernels_note() {
     const cpu::IsaLevel level = cpu::isa_level(), detected = cpu::isa_detected();
     std::string note = std::string("cpu kernels ") + cpu::isa_name(level);
+    if (level == cpu::IsaLevel::Avx2 && cpu::cpu_has_avx_vnni()) {
+        const char* vnni =
+            cpu::avx_vnni_enabled() ? " with AVX-VNNI" : " without AVX-VNNI (MINFER_AVX_VNNI=0)";
+        note.append(vnni);
+    }
     if (level != detected)
         note += std::string(" (MINFER_CPU; this CPU has ") + cpu::isa_name(detected) + ")";
     return note;

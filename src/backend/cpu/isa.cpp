@@ -26,9 +26,9 @@ bool x86_avx2() {
            __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
 }
 bool x86_avx512() {
-    return x86_avx2() && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    return x86_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
 }
 #endif
 
@@ -52,10 +52,13 @@ IsaLevel detect() {
 bool same_family(IsaLevel a, IsaLevel b) {
     auto family = [](IsaLevel l) {
         switch (l) {
-            case IsaLevel::Scalar: return 0;
+            case IsaLevel::Scalar:
+                return 0;
             case IsaLevel::Avx2:
-            case IsaLevel::Avx512: return 1;
-            default: return 2;
+            case IsaLevel::Avx512:
+                return 1;
+            default:
+                return 2;
         }
     };
     return a == IsaLevel::Scalar || b == IsaLevel::Scalar || family(a) == family(b);
@@ -75,12 +78,18 @@ std::atomic<int> g_level{-1};
 
 const char* isa_name(IsaLevel level) {
     switch (level) {
-        case IsaLevel::Scalar: return "scalar";
-        case IsaLevel::Avx2: return "avx2";
-        case IsaLevel::Avx512: return "avx512";
-        case IsaLevel::Neon: return "neon";
-        case IsaLevel::Dotprod: return "dotprod";
-        case IsaLevel::I8mm: return "i8mm";
+        case IsaLevel::Scalar:
+            return "scalar";
+        case IsaLevel::Avx2:
+            return "avx2";
+        case IsaLevel::Avx512:
+            return "avx512";
+        case IsaLevel::Neon:
+            return "neon";
+        case IsaLevel::Dotprod:
+            return "dotprod";
+        case IsaLevel::I8mm:
+            return "i8mm";
     }
     return "?";
 }
@@ -93,7 +102,9 @@ std::optional<IsaLevel> parse_isa(std::string_view name) {
     return std::nullopt;
 }
 
-IsaLevel isa_detected() { return kDetected; }
+IsaLevel isa_detected() {
+    return kDetected;
+}
 
 std::vector<IsaLevel> isa_levels_supported() {
     std::vector<IsaLevel> out;
@@ -146,7 +157,9 @@ IsaLevel isa_level() {
     return static_cast<IsaLevel>(v);
 }
 
-bool isa_at_least(IsaLevel level) { return at_or_below(level, isa_level()); }
+bool isa_at_least(IsaLevel level) {
+    return at_or_below(level, isa_level());
+}
 
 bool cpu_has_avx_vnni() {
 #ifdef MINFER_ISA_X86
@@ -159,6 +172,27 @@ bool cpu_has_avx_vnni() {
 #else
     return false;
 #endif
+}
+
+namespace {
+// -1: not decided yet (MINFER_AVX_VNNI read at the first use); 0 / 1.
+std::atomic<int> g_avx_vnni_allowed{-1};
+}  // namespace
+
+bool avx_vnni_enabled() {
+    if (!cpu_has_avx_vnni()) return false;
+    int v = g_avx_vnni_allowed.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char* env = std::getenv("MINFER_AVX_VNNI");
+        const int from_env = env != nullptr && env[0] == '0' ? 0 : 1;
+        g_avx_vnni_allowed.compare_exchange_strong(v, from_env);
+        v = g_avx_vnni_allowed.load(std::memory_order_relaxed);
+    }
+    return v == 1;
+}
+
+void set_avx_vnni_allowed(bool allowed) {
+    g_avx_vnni_allowed.store(allowed ? 1 : 0, std::memory_order_relaxed);
 }
 
 bool cpu_has_avx512_bitalg() {

@@ -46,4 +46,12 @@ void apply_isa_env();
 bool cpu_has_avx_vnni();
 bool cpu_has_avx512_bitalg();
 
+// Whether the Avx2 kernels use AVX-VNNI (vpdpbusd on 256-bit vectors): the
+// CPU has it and it is not turned off, by MINFER_AVX_VNNI=0 (read once; it
+// makes an AVX-VNNI CPU run what an AVX2-only one runs, e.g. to compare the
+// two) or by set_avx_vnni_allowed(false) (tests run the Avx2 level both
+// ways). The results are bitwise the same either way (exact integer sums).
+bool avx_vnni_enabled();
+void set_avx_vnni_allowed(bool allowed);
+
 }  // namespace minfer::cpu

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "backend/cpu/gemm_layout.h"
+#include "backend/cpu/isa.h"
 #include "tensor/blocks.h"
 #include "tensor/interleave.h"
 #include "util/error.h"
@@ -103,42 +104,6 @@ MINFER_AVX2_TARGET void fill_panel(DType t, bool interleaved, const uint8_t* w, 
                 p.o[g * 8 + l] = l < n ? rows.m[l * (K / kGroup) + 2 * g] : 0.0f;
 }
 
-// The integer sums of group g (G elements) for R panels x T tokens. Per
-// quad: |w| times the activation bytes carrying w's sign (vpsignb), so
-// vpmaddubsw's unsigned x signed form applies to signed weights; D quads'
-// int16 pair sums are added before vpmaddwd widens them to int32.
-template <int R, int T, int G, int D>
-MINFER_AVX2_TARGET inline void group_sums(const Panel* p, int64_t g, const int8_t* const* av,
-                                          __m256i isum[R][T]) {
-    static_assert((G / 4) % D == 0);
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int q0 = 0; q0 < G / 4; q0 += D) {
-        __m256i part[R][T];
-        for (int q = q0; q < q0 + D; ++q) {
-            __m256i w[R], aw[R];
-            for (int i = 0; i < R; ++i) {
-                w[i] = _mm256_loadu_si256(
-                    reinterpret_cast<const __m256i*>(p[i].v + (g * G / 4 + q) * 32));
-                aw[i] = _mm256_abs_epi8(w[i]);
-            }
-            for (int j = 0; j < T; ++j) {
-                int32_t a4;
-                std::memcpy(&a4, av[j] + g * G + 4 * q, 4);
-                const __m256i a = _mm256_set1_epi32(a4);
-                for (int i = 0; i < R; ++i) {
-                    const __m256i prod = _mm256_maddubs_epi16(aw[i], _mm256_sign_epi8(a, w[i]));
-                    part[i][j] = q == q0 ? prod : _mm256_add_epi16(part[i][j], prod);
-                }
-            }
-        }
-        for (int i = 0; i < R; ++i)
-            for (int j = 0; j < T; ++j) {
-                const __m256i wide = _mm256_madd_epi16(part[i][j], ones);
-                isum[i][j] = q0 == 0 ? wide : _mm256_add_epi32(isum[i][j], wide);
-            }
-    }
-}
-
 // Stores 8 floats, or the first `lanes` of them.
 MINFER_AVX2_TARGET inline void store_lanes(float* o, __m256 v, int lanes) {
     if (lanes == 8) {
@@ -150,130 +115,20 @@ MINFER_AVX2_TARGET inline void store_lanes(float* o, __m256 v, int lanes) {
     std::copy(tmp, tmp + lanes, o);
 }
 
-// R panels x T tokens over K with Q8_0 activations (Q8_0 / Q4_0 / Q5_0
-// weights, groups of 32). Per group: the integer sum per (row, token),
-// one conversion, times the weight scale, then times the activation scale
-// added into the accumulator by one FMA — per row the same operations in
-// the same order whatever R, T or the batch around the token.
-template <int R, int T, int D>
-MINFER_AVX2_TARGET void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act_stride,
-                              int64_t t, float* out, int64_t out_stride, int last_lanes) {
-    const int8_t* av[T];
-    const float* ad[T];
-    for (int j = 0; j < T; ++j) {
-        av[j] = reinterpret_cast<const int8_t*>(act + static_cast<size_t>(t + j) * act_stride);
-        ad[j] = reinterpret_cast<const float*>(av[j] + K);
-    }
-    constexpr int64_t G = 32;
-    __m256 acc[R][T];
-    for (int i = 0; i < R; ++i)
-        for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < K / G; ++g) {
-        __m256i isum[R][T];
-        group_sums<R, T, G, D>(p, g, av, isum);
-        for (int i = 0; i < R; ++i) {
-            const __m256 s = _mm256_loadu_ps(p[i].s + 8 * g);
-            for (int j = 0; j < T; ++j)
-                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(isum[i][j]), s),
-                                            _mm256_set1_ps(ad[j][g * G / kGroup]), acc[i][j]);
-        }
-    }
-    for (int i = 0; i < R; ++i)
-        for (int j = 0; j < T; ++j)
-            store_lanes(out + (t + j) * out_stride + 8 * i, acc[i][j], i == R - 1 ? last_lanes : 8);
-}
-
-// The same for Q8_K activations (K-quant weights), one activation scale
-// per 256: a super-block's groups gather cvt(sum) * weight scale (and, with
-// mins, -dmin * min * the activations' sum) in a block sum, which takes the
-// activation scale once and is added into out.
-template <int R, int T, int G, int D, bool kMins>
-MINFER_AVX2_TARGET void micro_k(const Panel* p, int64_t K, const uint8_t* act, size_t act_stride,
-                                int64_t t, float* out, int64_t out_stride, int last_lanes) {
-    const int8_t* av[T];
-    const float* ad[T];
-    for (int j = 0; j < T; ++j) {
-        av[j] = reinterpret_cast<const int8_t*>(act + static_cast<size_t>(t + j) * act_stride);
-        ad[j] = reinterpret_cast<const float*>(av[j] + K);
-    }
-    constexpr int64_t kGroups = QK_K / G;  // per super-block
-    for (int64_t sb = 0; sb < K / QK_K; ++sb) {
-        __m256 blk[R][T];
-        for (int i = 0; i < R; ++i)
-            for (int j = 0; j < T; ++j) blk[i][j] = _mm256_setzero_ps();
-        for (int64_t g = sb * kGroups; g < (sb + 1) * kGroups; ++g) {
-            __m256i isum[R][T];
-            group_sums<R, T, G, D>(p, g, av, isum);
-            for (int i = 0; i < R; ++i) {
-                const __m256 s = _mm256_loadu_ps(p[i].s + 8 * g);
-                for (int j = 0; j < T; ++j)
-                    blk[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][j]), s, blk[i][j]);
-            }
-            if constexpr (kMins) {
-                for (int i = 0; i < R; ++i) {
-                    const __m256 o = _mm256_loadu_ps(p[i].o + 8 * g);
-                    for (int j = 0; j < T; ++j)
-                        blk[i][j] =
-                            _mm256_fmadd_ps(o, _mm256_set1_ps(ad[j][K / kGroup + g]), blk[i][j]);
-                }
-            }
-        }
-        for (int i = 0; i < R; ++i)
-            for (int j = 0; j < T; ++j) {
-                float* o = out + (t + j) * out_stride + 8 * i;
-                const int lanes = i == R - 1 ? last_lanes : 8;
-                const __m256 da = _mm256_set1_ps(ad[j][sb * (QK_K / kGroup)]);
-                alignas(32) float prev[8] = {};
-                if (sb > 0) std::copy(o, o + lanes, prev);
-                store_lanes(o, _mm256_fmadd_ps(blk[i][j], da, _mm256_load_ps(prev)), lanes);
-            }
-    }
-}
-
-using MicroFn = void (*)(const Panel*, int64_t, const uint8_t*, size_t, int64_t, float*, int64_t,
-                         int);
-
-// Micro-kernels for 1..kMR panels x 1..kMT tokens of one weight type.
-template <DType W, int R, int T>
-constexpr MicroFn micro_for() {
-    constexpr int D = quads_per_widen(W);
-    if constexpr (W == DType::Q6_K)
-        return &micro_k<R, T, 16, D, false>;
-    else if constexpr (W == DType::Q4_K || W == DType::Q5_K)
-        return &micro_k<R, T, 32, D, true>;
-    else
-        return &micro<R, T, D>;
-}
-template <DType W, int R, int... Ts>
-constexpr std::array<MicroFn, kMT> row_of(std::integer_sequence<int, Ts...>) {
-    return {micro_for<W, R, Ts + 1>()...};
-}
-template <DType W, int... Rs>
-constexpr std::array<std::array<MicroFn, kMT>, kMR> table_of(std::integer_sequence<int, Rs...>) {
-    return {row_of<W, Rs + 1>(std::make_integer_sequence<int, kMT>{})...};
-}
-template <DType W>
-constexpr auto kTable = table_of<W>(std::make_integer_sequence<int, kMR>{});
-
-const std::array<std::array<MicroFn, kMT>, kMR>& table(DType t) {
-    switch (t) {
-        case DType::Q8_0:
-            return kTable<DType::Q8_0>;
-        case DType::Q4_0:
-            return kTable<DType::Q4_0>;
-        case DType::Q5_0:
-            return kTable<DType::Q5_0>;
-        case DType::Q4_K:
-            return kTable<DType::Q4_K>;
-        case DType::Q5_K:
-            return kTable<DType::Q5_K>;
-        case DType::Q6_K:
-            return kTable<DType::Q6_K>;
-        default:
-            MINFER_ASSERT_MSG(false, "gemm avx2: no kernel for this type");
-    }
-    return kTable<DType::Q8_0>;
-}
+#define MINFER_MICRO_TARGET MINFER_AVX2_TARGET
+#define MINFER_MICRO_VNNI 0
+namespace plain {
+#include "backend/cpu/x86/gemm_avx2_micro.inc"
+}  // namespace plain
+#undef MINFER_MICRO_TARGET
+#undef MINFER_MICRO_VNNI
+#define MINFER_MICRO_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define MINFER_MICRO_VNNI 1
+namespace vnni {
+#include "backend/cpu/x86/gemm_avx2_micro.inc"
+}  // namespace vnni
+#undef MINFER_MICRO_TARGET
+#undef MINFER_MICRO_VNNI
 #endif
 
 }  // namespace
@@ -302,7 +157,7 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
         fill_panel(wtype, interleaved, w, w_row_bytes, K, G, r0 + kLanes * i,
                    std::min(r1, r0 + kLanes * i + kLanes), p[i], rows, gguf_row);
     const int last = static_cast<int>(n - kLanes * (n_panels - 1));
-    const auto& tab = table(wtype);
+    const auto& tab = avx_vnni_enabled() ? vnni::table(wtype) : plain::table(wtype);
     // Tokens outside, panels inside: kMT tokens' activations stay in L1
     // while every panel of the tile reads them.
     for (int64_t t = 0; t < n_tokens; t += kMT) {
