@@ -44,8 +44,7 @@ int cmd_serve(int argc, char** argv, int first) {
     bool no_prefix_cache = false, quiet = false;
     EngineFlags eng;
     eng.ctx_size = 4096;
-    eng.kv_type = "f16";  // llama-server's default
-    eng.kv_type_v = "f16";
+    eng.kv_type = "f16";  // llama-server's default; -ctv unset follows it (and a -ctk given)
 
     ArgParser p("minfer serve",
                 "An OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions,\n"

@@ -23,6 +23,7 @@
 #include "runtime/engine.h"
 #include "runtime/engine_impl.h"
 #include "runtime/session.h"
+#include "shared_files.h"
 #include "tensor/dtype.h"
 #include "tiny_model.h"
 #include "util/error.h"
@@ -617,12 +618,8 @@ TEST(Engine, SubmitAndCancelFromOtherThreads) {
 // are not bitwise equal there; the greedy text must be, and the largest
 // difference is printed (the report quotes it).
 TEST(Engine, QuantizedGreedyTextAloneAndBatched) {
-    const std::string path = std::string(MINFER_SHARED_DIR) + "/models/qwen2-mini-q8_0.gguf";
-    if (FILE* f = std::fopen(path.c_str(), "rb")) {
-        std::fclose(f);
-    } else {
-        GTEST_SKIP() << path << " is not there (../shared holds the parity models)";
-    }
+    const std::string path = minfer::testing::shared_file("models/qwen2-mini-q8_0.gguf");
+    MINFER_REQUIRE_SHARED_FILES(path);
     const model::Model m = model::Model::load(path);
     std::mt19937 rng(21);
     const int n_seq = 8, n_gen = 16;

@@ -425,6 +425,49 @@ TEST(Report, real_generation_allocates_nothing_after_the_first_decode) {
     }
 }
 
+TEST(Report, a_prefill_after_decoding_began_is_counted_with_the_activation_growth) {
+    // A second chat turn: its prompt (20 tokens, longer than the first turn's
+    // 5) is a new prefill shape after decoding began. Its rebuild, the pool
+    // buffer it needs (a larger arena, or larger size classes) and the bytes
+    // the activations grew by must all show in the report — counting decode
+    // steps alone would report zeros here.
+    TinyModel tm;
+    for (Planner p : kPlanners) {
+        SCOPED_TRACE(planner_name(p));
+        runtime::SessionOptions o;
+        o.n_ctx = 64;
+        o.n_threads = 1;
+        o.planner = p;
+        runtime::Session s(tm.m, o);
+        report::MemoryRecorder rec(s);
+        run_generation(s, 3);
+        const report::MemoryReport warm = rec.report();
+        EXPECT_EQ(warm.run.rebuilds_after_first_decode, 0);
+        EXPECT_EQ(warm.run.allocations_after_first_decode, 0);
+        EXPECT_EQ(warm.run.activation_growth_after_warmup, 0u);
+        EXPECT_GT(warm.run.activation_bytes_at_warmup, 0u);
+
+        std::vector<int32_t> turn(20);
+        for (size_t i = 0; i < turn.size(); ++i) turn[i] = static_cast<int32_t>(100 + i);
+        std::vector<float> logits = s.eval(turn);
+        int32_t next =
+            static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        s.eval(std::span<const int32_t>(&next, 1));  // the decode graph is reused
+
+        const report::MemoryReport r = rec.report();
+        EXPECT_EQ(r.run.decode_steps, 4);
+        EXPECT_EQ(r.run.rebuilds_after_first_decode, 1);
+        EXPECT_GE(r.run.allocations_after_first_decode, 1);
+        EXPECT_EQ(r.run.activation_bytes_at_warmup, warm.run.activation_bytes_at_warmup);
+        EXPECT_GT(r.run.activation_bytes_held, r.run.activation_bytes_at_warmup);
+        EXPECT_EQ(r.run.activation_growth_after_warmup,
+                  r.run.activation_bytes_held - r.run.activation_bytes_at_warmup);
+        const nlohmann::json j = report::to_json(r);
+        EXPECT_EQ(j["run"]["activation_growth_after_warmup"], r.run.activation_growth_after_warmup);
+        EXPECT_EQ(j["run"]["rebuilds_after_first_decode"], 1);
+    }
+}
+
 TEST(Report, trace_records_every_node_with_value_statistics) {
     TinyModel tm("qwen3");
     runtime::SessionOptions o;

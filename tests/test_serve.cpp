@@ -565,4 +565,17 @@ TEST(ServeCli, HelpAndBadFlags) {
     EXPECT_EQ(r.code, 2);
 }
 
+TEST(ServeCli, CacheTypeKAloneSetsBothAndADifferentVIsRefused) {
+    // serve's KV default is f16; -ctk alone must set V too (a -ctv the user
+    // never gave cannot be "different"). 192.0.2.1 (TEST-NET-1) is on no
+    // interface: the flags pass and the bind fails at once, so nothing serves.
+    auto r = minfer::testing::run_cli("serve -ctk f32 --host 192.0.2.1 --port 0");
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_EQ(r.err.find("differ"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("cannot bind 192.0.2.1"), std::string::npos) << r.err;
+    r = minfer::testing::run_cli("serve -ctk f16 -ctv f32 --host 192.0.2.1 --port 0");
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("-ctk f16 and -ctv f32 differ"), std::string::npos) << r.err;
+}
+
 }  // namespace
