@@ -565,6 +565,15 @@ TEST(ServeCli, HelpAndBadFlags) {
     EXPECT_EQ(r.code, 2);
 }
 
+TEST(ServeCli, AModelThatCannotBeLoadedIsAnErrorNotAHang) {
+    // The listener starts before the model loads (so /health can say
+    // "loading"); a load that fails at once must stop it and exit 1 naming
+    // the file, not leave a process that answers 503 forever.
+    auto r = minfer::testing::run_cli("serve -m /nonexistent/model.gguf --port 0");
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
+}
+
 TEST(ServeCli, CacheTypeKAloneSetsBothAndADifferentVIsRefused) {
     // serve's KV default is f16; -ctk alone must set V too (a -ctv the user
     // never gave cannot be "different"). 192.0.2.1 (TEST-NET-1) is on no

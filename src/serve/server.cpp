@@ -179,6 +179,7 @@ struct Server::Impl {
     ServerOptions opt;
     httplib::Server http;
     std::thread listen_thread;
+    std::atomic<bool> listen_ended{false};  // listen_after_bind returned
     Metrics metrics;
 
     std::atomic<bool> ready{false}, stopping{false}, stop_requested{false}, down{false};
@@ -825,7 +826,15 @@ int Server::bind() {
 
 void Server::start() {
     auto& I = *impl_;
-    I.listen_thread = std::thread([&I] { I.http.listen_after_bind(); });
+    I.listen_thread = std::thread([&I] {
+        I.http.listen_after_bind();
+        I.listen_ended = true;
+    });
+    // Until its loop runs, http.stop() does nothing (it stops a running
+    // loop): a shutdown right after start — a model that fails to load —
+    // would then join a listener that never ends, and the process hung.
+    while (!I.http.is_running() && !I.listen_ended)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void Server::attach(const model::Model& model, runtime::EngineOptions engine_options) {
