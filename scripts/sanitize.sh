@@ -44,7 +44,7 @@ if [ "$which_builds" = all ] || [ "$which_builds" = tsan ]; then
     echo "== sanitize: TSan build (build-tsan)" >&2
     configure_and_build build-tsan "thread"
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
-    threaded='^(ThreadPool\.|Backends\.|Scheduler\.|CpuMatMul\.|CpuOps\.|CpuAttn\.|CpuFusion\.|Forward\.TwoBackends|Forward\.DecodeSteps|Forward\.PromptInSeveralPasses|Limits\.|Cli\.Default|Cli\.Chat|Engine\.SubmitAndCancelFromOtherThreads|Engine\.CancelFreesPagesAtOnce|Engine\.SharedPrefixPagesAreComputedOnce|Engine\.ForkedSamplesSharePromptPages)'
+    threaded='^(ThreadPool\.|Backends\.|Scheduler\.|CpuMatMul\.|CpuOps\.|CpuAttn\.|CpuFusion\.|Forward\.TwoBackends|Forward\.DecodeSteps|Forward\.PromptInSeveralPasses|Limits\.|Cli\.Default|Cli\.Chat|Engine\.SubmitAndCancelFromOtherThreads|Engine\.CancelFreesPagesAtOnce|Engine\.SharedPrefixPagesAreComputedOnce|Engine\.ForkedSamplesSharePromptPages|Cache\.no_allocation_nor_scratch_growth_after_first_decode_with_real_kernels)'
     (cd build-tsan && ctest --output-on-failure -j"$jobs" -R "$threaded") || status=1
     unset TSAN_OPTIONS
 fi
