@@ -280,6 +280,20 @@ MINFER_AVX2 inline __m256i scales2_avx2(int a, int b) {
                                    _mm_set1_epi16(static_cast<int16_t>(b)), 1);
 }
 
+// The 8 six-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K / Q5_K
+// block, unpacked with word operations (the same values as scale_min_k4).
+MINFER_INLINE void q4k_scales_mins(const uint8_t* packed, uint8_t* out16) {
+    uint32_t u[4];
+    std::memcpy(u, packed, 12);
+    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
+    const uint32_t mins_lo = u[1] & low6;                       // m0..m3
+    u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4);  // m4..m7
+    u[1] = (u[2] & low4) | (((u[0] >> 6) & top2) << 4);         // sc4..sc7
+    u[2] = mins_lo;
+    u[0] &= low6;  // sc0..sc3
+    std::memcpy(out16, u, 16);
+}
+
 // Q4_K x Q8_K: nibbles (unsigned) times q8 by maddubs, times the group's
 // 6-bit scale by madd -> exact int32 lanes; the mins through the bsums as in
 // the generic code. Integer results equal the generic ones exactly.
@@ -288,12 +302,24 @@ MINFER_AVX2 float dot_q4_K_avx2(int64_t n, const void* vw, const void* va) {
     const auto* y = static_cast<const block_q8_K*>(va);
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc = _mm256_setzero_ps();
-    float sum_min = 0;
+    __m128 acc_m = _mm_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
-        uint8_t sc[8], mn[8];
-        for (int j = 0; j < 8; ++j) scale_min_k4(j, x[i].scales, &sc[j], &mn[j]);
-        int summ = 0;
-        for (int j = 0; j < 8; ++j) summ += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        // The scales and mins unpacked with word operations, the mins'
+        // products with the bsum pairs by one madd (per-element scalar
+        // unpacking and a scalar loop over the mins took as long as the
+        // nibble products: decode was bound by them, not by memory).
+        alignas(16) uint8_t sm[16];
+        q4k_scales_mins(x[i].scales, sm);
+        const __m128i sm8 = _mm_load_si128(reinterpret_cast<const __m128i*>(sm));
+        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm8, 8));
+        const __m256i bs =
+            _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums)),
+                              _mm256_set1_epi16(1));  // bsum[2j] + bsum[2j + 1]
+        const __m128i bpair =
+            _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
+        acc_m =
+            _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, bpair)), acc_m);
         const uint8_t* q4 = x[i].qs;
         const int8_t* q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -305,27 +331,27 @@ MINFER_AVX2 float dot_q4_K_avx2(int64_t n, const void* vw, const void* va) {
             const __m256i y1 =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 64 * j + 32));
             const __m256i p0 =
-                _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j]), _mm256_maddubs_epi16(lo, y0));
+                _mm256_madd_epi16(_mm256_set1_epi16(sm[2 * j]), _mm256_maddubs_epi16(lo, y0));
             const __m256i p1 =
-                _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j + 1]), _mm256_maddubs_epi16(hi, y1));
+                _mm256_madd_epi16(_mm256_set1_epi16(sm[2 * j + 1]), _mm256_maddubs_epi16(hi, y1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
-        const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        sum_min += dmin * static_cast<float>(summ);
     }
-    return hsum_avx2(acc) - sum_min;
+    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    return hsum_avx2(acc) - _mm_cvtss_f32(acc_m);
 }
 
-// Q6_K x Q8_K: the 6-bit values as unsigned 0..63 (maddubs), minus 32*q8
-// (maddubs of 32 with q8), times the int8 sub-block scales by madd.
+// Q6_K x Q8_K: the 6-bit values as unsigned 0..63 (maddubs) times the int8
+// sub-block scales by madd, minus 32 * q8 once per super-block (its bsums
+// times the scales).
 MINFER_AVX2 float dot_q6_K_avx2(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q6_K*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i m2 = _mm256_set1_epi8(3);
-    const __m256i m32s = _mm256_set1_epi8(32);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i) {
         const uint8_t* ql = x[i].ql;
@@ -352,16 +378,21 @@ MINFER_AVX2 float dot_q6_K_avx2(int64_t n, const void* vw, const void* va) {
             for (int k = 0; k < 4; ++k) {
                 const __m256i yk =
                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * k));
-                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], yk),
-                                                   _mm256_maddubs_epi16(m32s, yk));
-                sumi = _mm256_add_epi32(
-                    sumi, _mm256_madd_epi16(scales2_avx2(sc[2 * k], sc[2 * k + 1]), p));
+                sumi =
+                    _mm256_add_epi32(sumi, _mm256_madd_epi16(scales2_avx2(sc[2 * k], sc[2 * k + 1]),
+                                                             _mm256_maddubs_epi16(q[k], yk)));
             }
             ql += 64;
             qh += 32;
             q8 += 128;
             sc += 8;
         }
+        // minus 32 * sum of scale * q8 over each 16-group: the bsums (the
+        // q8 sums per 16) times the 16 scales, one madd per super-block
+        const __m256i corr = _mm256_madd_epi16(
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums)));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -467,20 +498,6 @@ MINFER_VNNI512 float dot_q5_0_vnni512(int64_t n, const void* vw, const void* va)
     float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
     if (ib < nb) sum += hsum_avx2(q5_0_block_vnni(x[ib], y[ib]));
     return sum;
-}
-
-// The 8 six-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K / Q5_K
-// block, unpacked with word operations (the same values as scale_min_k4).
-MINFER_INLINE void q4k_scales_mins(const uint8_t* packed, uint8_t* out16) {
-    uint32_t u[4];
-    std::memcpy(u, packed, 12);
-    const uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, top2 = 0x03030303;
-    const uint32_t mins_lo = u[1] & low6;                       // m0..m3
-    u[3] = ((u[2] >> 4) & low4) | (((u[1] >> 6) & top2) << 4);  // m4..m7
-    u[1] = (u[2] & low4) | (((u[0] >> 6) & top2) << 4);         // sc4..sc7
-    u[2] = mins_lo;
-    u[0] &= low6;  // sc0..sc3
-    std::memcpy(out16, u, 16);
 }
 
 // Q4_K x Q8_K with AVX-512 (BW + VNNI): 64 nibbles per step as [low 32 |
