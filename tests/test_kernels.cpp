@@ -1103,6 +1103,27 @@ TEST(CpuFusion, FusedQkvEpilogueEqualsUnfusedChainBitForBit) {
 }
 
 namespace {
+// A random K and V cache of n values each (seeds seed, seed + 1), as f32
+// or as their f16 roundings.
+struct RandomKv {
+    std::vector<float> k32, v32;
+    std::vector<uint16_t> k16, v16;
+    bool f16;
+    RandomKv(int64_t n, DType kvt, uint32_t seed)
+        : k32(random_floats(static_cast<size_t>(n), seed)),
+          v32(random_floats(static_cast<size_t>(n), seed + 1)),
+          k16(k32.size()),
+          v16(v32.size()),
+          f16(kvt == DType::F16) {
+        for (size_t i = 0; i < k32.size(); ++i) {
+            k16[i] = fp32_to_fp16(k32[i]);
+            v16[i] = fp32_to_fp16(v32[i]);
+        }
+    }
+    void* k() { return f16 ? static_cast<void*>(k16.data()) : k32.data(); }
+    void* v() { return f16 ? static_cast<void*>(v16.data()) : v32.data(); }
+};
+
 // Runs one Attn node of n_tok tokens at positions n_kv - n_tok .. n_kv - 1
 // over a random cache with the SIMD kernels and with the scalar loop
 // (MINFER_SCALAR_ATTN=1) and compares. The SIMD paths differ from the
@@ -1115,16 +1136,10 @@ void expect_simd_attn_matches_scalar(const AttnSetup& s, DType kvt, int64_t n_to
                  " heads=" + std::to_string(s.n_head) + "/" + std::to_string(s.n_head_kv) +
                  " tokens=" + std::to_string(n_tok));
     const int64_t kv = int64_t{s.n_head_kv} * s.hd, nq = int64_t{s.n_head} * s.hd;
-    auto k_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 31);
-    auto v_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 32);
-    std::vector<uint16_t> k16(k_all.size()), v16(v_all.size());
-    for (size_t i = 0; i < k_all.size(); ++i) {
-        k16[i] = fp32_to_fp16(k_all[i]);
-        v16[i] = fp32_to_fp16(v_all[i]);
-    }
+    RandomKv cache(kv * s.n_ctx, kvt, 31);
+    void* K = cache.k();
+    void* V = cache.v();
     const bool f16 = kvt == DType::F16;
-    void* K = f16 ? static_cast<void*>(k16.data()) : k_all.data();
-    void* V = f16 ? static_cast<void*>(v16.data()) : v_all.data();
     auto q = random_floats(static_cast<size_t>(nq * n_tok), 33);
     std::vector<int32_t> pos(static_cast<size_t>(n_tok));
     for (int64_t i = 0; i < n_tok; ++i) pos[size_t(i)] = int32_t(n_kv - n_tok + i);
@@ -1228,16 +1243,9 @@ TEST(CpuAttn, ATokenAloneIsBitwiseItsRowsInAChunk) {
                              " heads=" + std::to_string(s.n_head));
                 const int64_t kv = int64_t{s.n_head_kv} * s.hd, nq = int64_t{s.n_head} * s.hd;
                 const int64_t n_tok = 21, p0 = 24;
-                auto k_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 41);
-                auto v_all = random_floats(static_cast<size_t>(kv * s.n_ctx), 42);
-                std::vector<uint16_t> k16(k_all.size()), v16(v_all.size());
-                for (size_t i = 0; i < k_all.size(); ++i) {
-                    k16[i] = fp32_to_fp16(k_all[i]);
-                    v16[i] = fp32_to_fp16(v_all[i]);
-                }
-                const bool f16 = kvt == DType::F16;
-                void* K = f16 ? static_cast<void*>(k16.data()) : k_all.data();
-                void* V = f16 ? static_cast<void*>(v16.data()) : v_all.data();
+                RandomKv cache(kv * s.n_ctx, kvt, 41);
+                void* K = cache.k();
+                void* V = cache.v();
                 auto q = random_floats(static_cast<size_t>(nq * n_tok), 43);
                 std::vector<int32_t> pos(static_cast<size_t>(n_tok));
                 for (int64_t i = 0; i < n_tok; ++i) pos[size_t(i)] = int32_t(p0 + i);

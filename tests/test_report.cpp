@@ -376,16 +376,21 @@ void run_generation(runtime::Session& s, int steps) {
     }
 }
 
+// A 64-cell context on one thread with planner p.
+runtime::SessionOptions one_thread_options(Planner p) {
+    runtime::SessionOptions o;
+    o.n_ctx = 64;
+    o.n_threads = 1;
+    o.planner = p;
+    return o;
+}
+
 }  // namespace
 
 TEST(Report, real_generation_allocates_nothing_after_the_first_decode) {
     TinyModel tm;
     for (Planner p : kPlanners) {
-        runtime::SessionOptions o;
-        o.n_ctx = 64;
-        o.n_threads = 1;
-        o.planner = p;
-        runtime::Session s(tm.m, o);
+        runtime::Session s(tm.m, one_thread_options(p));
         report::MemoryRecorder rec(s);
         run_generation(s, 6);
         const report::MemoryReport r = rec.report();
@@ -434,11 +439,7 @@ TEST(Report, a_prefill_after_decoding_began_is_counted_with_the_activation_growt
     TinyModel tm;
     for (Planner p : kPlanners) {
         SCOPED_TRACE(planner_name(p));
-        runtime::SessionOptions o;
-        o.n_ctx = 64;
-        o.n_threads = 1;
-        o.planner = p;
-        runtime::Session s(tm.m, o);
+        runtime::Session s(tm.m, one_thread_options(p));
         report::MemoryRecorder rec(s);
         run_generation(s, 3);
         const report::MemoryReport warm = rec.report();
