@@ -74,10 +74,7 @@ TEST(IsaLevels, ReportsWhichKernelsHaveASimdPathAtEachLevel) {
     std::printf("kernels at scalar: portable only; prompt GEMM none (dot products)\n");
     std::vector<cpu::VecDotFn> portable;
     for (DType t : kDotTypes) portable.push_back(cpu::vec_dot_fn(t));
-#if defined(__aarch64__)
-    // (x86-64's kernels do not all consult the cap yet: checked on ARM64 only)
     EXPECT_FALSE(cpu::attn_simd_supported(128));
-#endif
     for (cpu::IsaLevel level : cpu::isa_levels_supported()) {
         if (level == cpu::IsaLevel::Scalar) continue;
         cpu::set_isa_cap(level);
@@ -92,6 +89,13 @@ TEST(IsaLevels, ReportsWhichKernelsHaveASimdPathAtEachLevel) {
             cpu::isa_name(level), own.c_str(), fallback.c_str(),
             cpu::attn_simd_supported(128) ? "own path" : "portable",
             gemm != nullptr ? gemm : "none (dot products)");
+#if defined(__x86_64__)
+        // Every dot product follows the cap: the portable loops too are
+        // built per level (x86-64-v3 / v4) and picked by it, so none runs
+        // the scalar level's code here (nor wider code under a lower cap).
+        EXPECT_TRUE(fallback.empty())
+            << "the scalar level's code at " << cpu::isa_name(level) << ":" << fallback;
+#endif
 #if defined(__x86_64__) || defined(__aarch64__)
         // every SIMD level of both has a GEMM (of Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)
         EXPECT_NE(gemm, nullptr);

@@ -452,7 +452,7 @@ const char* gemm_name() {
         case GemmIsa::Avx512:
             return "avx512 vpdpbusd";
         case GemmIsa::Avx2:
-            return "avx2 vpmaddubsw";
+            return avx_vnni_enabled() ? "avx2 vpdpbusd (AVX-VNNI)" : "avx2 vpmaddubsw";
 #ifdef MINFER_GEMM_ARM
         case GemmIsa::Arm:
             return arm::gemm_name();

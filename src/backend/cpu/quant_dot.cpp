@@ -11,18 +11,43 @@
 #include "tensor/quants.h"
 #include "util/error.h"
 
-// The generic build has no -march flag; the hot loops below are written so
-// GCC vectorizes them, and cloned for x86-64-v3 (AVX2) / v4 (AVX-512) with
-// run-time dispatch (ifunc), so one binary runs everywhere and uses the
-// wide registers where they exist.
-// (Not under ThreadSanitizer: it instruments the ifunc resolvers, which
-// run before its runtime is initialized, and the program crashes at load.)
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define MINFER_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// The generic build has no -march flag; the portable loops below are
+// written so the compiler vectorizes them, and each is built three times —
+// plain x86-64, x86-64-v3 (AVX2) and x86-64-v4 (AVX-512) — and picked by
+// the kernel level (at_level), so MINFER_CPU caps them as it caps the
+// hand-written kernels and the tests run every variant on a host that has
+// them. (They were target_clones, which the CPU alone picked at load.)
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MINFER_TARGET_V4 __attribute__((target("arch=x86-64-v4")))
+#define MINFER_TARGET_V3 __attribute__((target("arch=x86-64-v3")))
 #else
-#define MINFER_CLONES
+#define MINFER_TARGET_V4
+#define MINFER_TARGET_V3
 #endif
+// name_body (always inlined) into name_v4, name_v3 and name.
+#define MINFER_LEVEL_VARIANTS(ret, name, params, args) \
+    MINFER_TARGET_V4 ret name##_v4 params {            \
+        return name##_body args;                       \
+    }                                                  \
+    MINFER_TARGET_V3 ret name##_v3 params {            \
+        return name##_body args;                       \
+    }                                                  \
+    ret name params {                                  \
+        return name##_body args;                       \
+    }
 #define MINFER_INLINE inline __attribute__((always_inline))
+
+namespace minfer::cpu {
+namespace {
+// The variant of a portable loop for the kernel level in force.
+template <class Fn>
+Fn at_level(Fn v4, Fn v3, Fn plain) {
+    if (isa_at_least(IsaLevel::Avx512)) return v4;
+    if (isa_at_least(IsaLevel::Avx2)) return v3;
+    return plain;
+}
+}  // namespace
+}  // namespace minfer::cpu
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -147,7 +172,7 @@ MINFER_INLINE void unpack_q6k(const block_q6_K& b, int8_t* a) {
 
 // ---- dot products ------------------------------------------------------------
 
-MINFER_CLONES float dot_q4_0(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_q4_0_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q4_0*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
     float sumf = 0;
@@ -162,8 +187,9 @@ MINFER_CLONES float dot_q4_0(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_q4_0, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
-MINFER_CLONES float dot_q4_1(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_q4_1_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q4_1*>(vw);
     const auto* y = static_cast<const block_q8_1*>(va);
     float sumf = 0;
@@ -179,8 +205,9 @@ MINFER_CLONES float dot_q4_1(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_q4_1, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
-MINFER_CLONES float dot_q5_0(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_q5_0_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q5_0*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
     float sumf = 0;
@@ -199,8 +226,9 @@ MINFER_CLONES float dot_q5_0(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_q5_0, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
-MINFER_CLONES float dot_q5_1(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_q5_1_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q5_1*>(vw);
     const auto* y = static_cast<const block_q8_1*>(va);
     float sumf = 0;
@@ -220,8 +248,9 @@ MINFER_CLONES float dot_q5_1(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_q5_1, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
-MINFER_CLONES float dot_q8_0(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_q8_0_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q8_0*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
     float sumf = 0;
@@ -231,6 +260,7 @@ MINFER_CLONES float dot_q8_0(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_q8_0, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
 #ifdef MINFER_X86_SIMD
 // Q8_0 x Q8_0 with AVX2 (ggml's x86 path): |x| (unsigned) times y with x's
@@ -807,7 +837,7 @@ bool has_avx2() {
 }
 #endif
 
-MINFER_CLONES float dot_iq4_nl(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_iq4_nl_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_iq4_nl*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
     float sumf = 0;
@@ -822,8 +852,9 @@ MINFER_CLONES float dot_iq4_nl(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_iq4_nl, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
-MINFER_CLONES float dot_q2_K(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_q2_K_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q2_K*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     float sumf = 0;
@@ -841,8 +872,9 @@ MINFER_CLONES float dot_q2_K(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_q2_K, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
-MINFER_CLONES float dot_q3_K(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_q3_K_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q3_K*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     float sumf = 0;
@@ -857,6 +889,7 @@ MINFER_CLONES float dot_q3_K(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_q3_K, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
 // Q4_K and Q5_K share the super-block arithmetic once unpacked to int8:
 // 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min (the min
@@ -875,7 +908,7 @@ MINFER_INLINE float dot_k4_superblock(const Block& x, const block_q8_K& y, const
     return d * static_cast<float>(isum) - dmin * static_cast<float>(summ);
 }
 
-MINFER_CLONES float dot_q4_K(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_q4_K_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q4_K*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     float sumf = 0;
@@ -886,8 +919,9 @@ MINFER_CLONES float dot_q4_K(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_q4_K, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
-MINFER_CLONES float dot_q5_K(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_q5_K_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q5_K*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     float sumf = 0;
@@ -898,8 +932,9 @@ MINFER_CLONES float dot_q5_K(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_q5_K, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
-MINFER_CLONES float dot_q6_K(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_q6_K_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q6_K*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     float sumf = 0;
@@ -913,8 +948,9 @@ MINFER_CLONES float dot_q6_K(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_q6_K, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
-MINFER_CLONES float dot_iq4_xs(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_iq4_xs_body(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_iq4_xs*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     float sumf = 0;
@@ -935,6 +971,7 @@ MINFER_CLONES float dot_iq4_xs(int64_t n, const void* vw, const void* va) {
     }
     return sumf;
 }
+MINFER_LEVEL_VARIANTS(float, dot_iq4_xs, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
 template <typename Conv>
 MINFER_INLINE float dot_halfs(int64_t n, const uint16_t* x, const uint16_t* y, Conv conv) {
@@ -948,19 +985,17 @@ MINFER_INLINE float dot_halfs(int64_t n, const uint16_t* x, const uint16_t* y, C
     return s;
 }
 
-MINFER_CLONES float dot_f16(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_f16_body(int64_t n, const void* vw, const void* va) {
     return dot_halfs(n, static_cast<const uint16_t*>(vw), static_cast<const uint16_t*>(va),
                      [](uint16_t h) { return fp16_to_fp32(h); });
 }
+MINFER_LEVEL_VARIANTS(float, dot_f16, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
-MINFER_CLONES float dot_bf16(int64_t n, const void* vw, const void* va) {
+MINFER_INLINE float dot_bf16_body(int64_t n, const void* vw, const void* va) {
     return dot_halfs(n, static_cast<const uint16_t*>(vw), static_cast<const uint16_t*>(va),
                      [](uint16_t h) { return bf16_to_fp32(h); });
 }
-
-float dot_f32_fn(int64_t n, const void* vw, const void* va) {
-    return dot_f32(static_cast<const float*>(vw), static_cast<const float*>(va), n);
-}
+MINFER_LEVEL_VARIANTS(float, dot_bf16, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
 // ---- activation quantizers --------------------------------------------------
 
@@ -990,18 +1025,22 @@ MINFER_INLINE void quantize_q8_32(const float* x, Block* y, int64_t n) {
     }
 }
 
-MINFER_CLONES void quantize_q8_0_row(const float* x, block_q8_0* y, int64_t n) {
+MINFER_INLINE void quantize_q8_0_row_body(const float* x, block_q8_0* y, int64_t n) {
     quantize_q8_32<false>(x, y, n);
 }
-MINFER_CLONES void quantize_q8_1_row(const float* x, block_q8_1* y, int64_t n) {
+MINFER_LEVEL_VARIANTS(void, quantize_q8_0_row, (const float* x, block_q8_0* y, int64_t n),
+                      (x, y, n))
+MINFER_INLINE void quantize_q8_1_row_body(const float* x, block_q8_1* y, int64_t n) {
     quantize_q8_32<true>(x, y, n);
 }
+MINFER_LEVEL_VARIANTS(void, quantize_q8_1_row, (const float* x, block_q8_1* y, int64_t n),
+                      (x, y, n))
 
 // ggml's quantize_row_q8_K_ref (the tensor stage's reference, which the
 // tests hold this bit-identical to), written so the compiler vectorizes
 // it: the block's largest magnitude, its first element of that magnitude
 // (whose sign ggml keeps), then q = min(127, round(x * -127 / max)).
-MINFER_CLONES void quantize_q8_K_row(const float* x, block_q8_K* y, int64_t n) {
+MINFER_INLINE void quantize_q8_K_row_body(const float* x, block_q8_K* y, int64_t n) {
     for (int64_t ib = 0; ib < n / QK_K; ++ib, x += QK_K) {
         float amax = 0;
         for (int j = 0; j < QK_K; ++j) {
@@ -1027,10 +1066,12 @@ MINFER_CLONES void quantize_q8_K_row(const float* x, block_q8_K* y, int64_t n) {
         y[ib].d = 1 / iscale;
     }
 }
+MINFER_LEVEL_VARIANTS(void, quantize_q8_K_row, (const float* x, block_q8_K* y, int64_t n),
+                      (x, y, n))
 
 }  // namespace
 
-MINFER_CLONES float dot_f32(const float* a, const float* b, int64_t n) {
+MINFER_INLINE float dot_f32_plain_body(const float* a, const float* b, int64_t n) {
     float acc[16] = {};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
@@ -1040,6 +1081,16 @@ MINFER_CLONES float dot_f32(const float* a, const float* b, int64_t n) {
     for (int l = 0; l < 16; ++l) s += acc[l];
     return s;
 }
+MINFER_LEVEL_VARIANTS(float, dot_f32_plain, (const float* a, const float* b, int64_t n), (a, b, n))
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+    return at_level(dot_f32_plain_v4, dot_f32_plain_v3, dot_f32_plain)(a, b, n);
+}
+
+MINFER_INLINE float dot_f32_fn_body(int64_t n, const void* vw, const void* va) {
+    return dot_f32_plain_body(static_cast<const float*>(vw), static_cast<const float*>(va), n);
+}
+MINFER_LEVEL_VARIANTS(float, dot_f32_fn, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
 // The activation format is the tensor stage's vec_dot_type: one table for
 // both, so the kernels and the reference code cannot disagree.
@@ -1050,13 +1101,16 @@ DType act_type(DType w) {
 void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
     switch (act) {
         case DType::Q8_0:
-            quantize_q8_0_row(x, static_cast<block_q8_0*>(y), n);
+            at_level(quantize_q8_0_row_v4, quantize_q8_0_row_v3, quantize_q8_0_row)(
+                x, static_cast<block_q8_0*>(y), n);
             return;
         case DType::Q8_1:
-            quantize_q8_1_row(x, static_cast<block_q8_1*>(y), n);
+            at_level(quantize_q8_1_row_v4, quantize_q8_1_row_v3, quantize_q8_1_row)(
+                x, static_cast<block_q8_1*>(y), n);
             return;
         case DType::Q8_K:
-            quantize_q8_K_row(x, static_cast<block_q8_K*>(y), n);
+            at_level(quantize_q8_K_row_v4, quantize_q8_K_row_v3, quantize_q8_K_row)(
+                x, static_cast<block_q8_K*>(y), n);
             return;
         case DType::F16: {
             auto* h = static_cast<uint16_t*>(y);
@@ -1095,52 +1149,52 @@ VecDotFn vec_dot_fn(DType w) {
 #endif
     switch (w) {
         case DType::F32:
-            return dot_f32_fn;
+            return at_level(dot_f32_fn_v4, dot_f32_fn_v3, dot_f32_fn);
         case DType::F16:
-            return dot_f16;
+            return at_level(dot_f16_v4, dot_f16_v3, dot_f16);
         case DType::BF16:
-            return dot_bf16;
+            return at_level(dot_bf16_v4, dot_bf16_v3, dot_bf16);
         case DType::Q4_0:
-            return dot_q4_0;
+            return at_level(dot_q4_0_v4, dot_q4_0_v3, dot_q4_0);
         case DType::Q4_1:
-            return dot_q4_1;
+            return at_level(dot_q4_1_v4, dot_q4_1_v3, dot_q4_1);
         case DType::Q5_0:
 #ifdef MINFER_X86_SIMD
             if (has_vnni256()) return dot_q5_0_vnni512;
             if (has_vnni256()) return dot_q5_0_vnni;
             if (has_avx2()) return dot_q5_0_avx2;
 #endif
-            return dot_q5_0;
+            return at_level(dot_q5_0_v4, dot_q5_0_v3, dot_q5_0);
         case DType::Q5_1:
-            return dot_q5_1;
+            return at_level(dot_q5_1_v4, dot_q5_1_v3, dot_q5_1);
         case DType::Q8_0:
 #ifdef MINFER_X86_SIMD
             if (has_vnni256()) return dot_q8_0_vnni;
             if (has_avx2()) return dot_q8_0_avx2;
 #endif
-            return dot_q8_0;
+            return at_level(dot_q8_0_v4, dot_q8_0_v3, dot_q8_0);
         case DType::Q2_K:
-            return dot_q2_K;
+            return at_level(dot_q2_K_v4, dot_q2_K_v3, dot_q2_K);
         case DType::Q3_K:
-            return dot_q3_K;
+            return at_level(dot_q3_K_v4, dot_q3_K_v3, dot_q3_K);
         case DType::Q4_K:
 #ifdef MINFER_X86_SIMD
             if (has_vnni256()) return dot_q4_K_vnni512;
             if (has_avx2()) return dot_q4_K_avx2;
 #endif
-            return dot_q4_K;
+            return at_level(dot_q4_K_v4, dot_q4_K_v3, dot_q4_K);
         case DType::Q5_K:
-            return dot_q5_K;
+            return at_level(dot_q5_K_v4, dot_q5_K_v3, dot_q5_K);
         case DType::Q6_K:
 #ifdef MINFER_X86_SIMD
             if (has_vnni256()) return dot_q6_K_vnni512;
             if (has_avx2()) return dot_q6_K_avx2;
 #endif
-            return dot_q6_K;
+            return at_level(dot_q6_K_v4, dot_q6_K_v3, dot_q6_K);
         case DType::IQ4_NL:
-            return dot_iq4_nl;
+            return at_level(dot_iq4_nl_v4, dot_iq4_nl_v3, dot_iq4_nl);
         case DType::IQ4_XS:
-            return dot_iq4_xs;
+            return at_level(dot_iq4_xs_v4, dot_iq4_xs_v3, dot_iq4_xs);
         default:
             return nullptr;
     }
