@@ -402,13 +402,6 @@ MINFER_AVX2 void attn_head_avx2(bool f16, const float* q, const void* k, const v
     }
 }
 
-// Element offset of key j's row (this head's slice) in the region bases.
-inline int64_t kv_elem(const AttnRows& a, int64_t j) {
-    int64_t cell = j;
-    if (a.pages) cell = int64_t{a.pages[j / a.page_cells]} * a.page_cells + j % a.page_cells;
-    return cell * a.kv_row + a.off;
-}
-
 // Asks for the rows of keys [j0, j1) ahead of their use: rows of a head's
 // slice lie n_head_kv slices apart, a stride the hardware prefetchers follow
 // poorly (without this the K/V reads stalled on memory for a fifth of the
@@ -598,10 +591,9 @@ constexpr int64_t kFewRows = 4;
 
 // st[r][j] (row stride sst) = q_r . k_j * scale for keys [0, n_kv_pad8),
 // -inf past row r's key count; qr [rows][hd] already f16-rounded as needed.
-template <int R>
+template <int R>  // R rows: a constant, so the accumulators stay in registers
 MINFER_AVX2 void few_rows_scores_avx2(const AttnRows& a, const float* qr, const int32_t* row_kv,
                                       int64_t n_kv_max, float* st, int64_t sst) {
-    constexpr int rows = R;  // a constant, so the accumulators stay in registers
     const int64_t hd = a.hd;
     const __m256 vscale = _mm256_set1_ps(a.scale), ninf = _mm256_set1_ps(-INFINITY);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -610,18 +602,18 @@ MINFER_AVX2 void few_rows_scores_avx2(const AttnRows& a, const float* qr, const 
         int64_t e[8];  // rows past n_kv_max repeat the last key (masked below)
         for (int l = 0; l < 8; ++l) e[l] = kv_elem(a, std::min(j0 + l, n_kv_max - 1));
         __m256 acc[R];
-        for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps();
+        for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
         for (int64_t d0 = 0; d0 < hd; d0 += 8) {
             __m256i kd[8];
             for (int l = 0; l < 8; ++l) kd[l] = _mm256_castps_si256(load8(a.f16, a.k, e[l] + d0));
             simd::transpose8x8(kd);  // kd[i]: dim d0 + i of the 8 keys
             for (int i = 0; i < 8; ++i)
-                for (int r = 0; r < rows; ++r)
+                for (int r = 0; r < R; ++r)
                     acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qr + r * hd + d0 + i),
                                              _mm256_castsi256_ps(kd[i]), acc[r]);
         }
         const __m256i key = _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int32_t>(j0)));
-        for (int r = 0; r < rows; ++r) {
+        for (int r = 0; r < R; ++r) {
             const __m256 live =
                 _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(row_kv[r]), key));
             _mm256_storeu_ps(st + r * sst + j0,

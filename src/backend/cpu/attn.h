@@ -48,20 +48,26 @@ struct AttnRows {
     float* out = nullptr;
     int64_t out_stride = 0;
 };
+// Element offset of key j's row (this head's slice) in the region bases
+// (through the page table when there is one).
+inline int64_t kv_elem(const AttnRows& a, int64_t j) {
+    int64_t cell = j;
+    if (a.pages) cell = int64_t{a.pages[j / a.page_cells]} * a.page_cells + j % a.page_cells;
+    return cell * a.kv_row + a.off;
+}
 // The keys [0, n_kv) of a's sequence as contiguous runs of cells (a page
 // each, or one run without a page table): fn(j0, first, run) for keys
 // [j0, j0 + run), `first` the element offset of key j0's row (this head's
-// slice) in the region bases. Every SIMD kernel gathers K and V through it.
+// slice) in the region bases. Every SIMD kernel gathers K and V through it or kv_elem.
 template <class Fn>
 void for_each_kv_run(const AttnRows& a, int64_t n_kv, Fn&& fn) {
     for (int64_t j0 = 0; j0 < n_kv;) {
-        int64_t cell = j0, run = n_kv - j0;
+        int64_t run = n_kv - j0;
         if (a.pages) {
-            const int64_t in_page = j0 % a.page_cells;
-            cell = int64_t{a.pages[j0 / a.page_cells]} * a.page_cells + in_page;
-            run = run < a.page_cells - in_page ? run : a.page_cells - in_page;
+            const int64_t left_in_page = a.page_cells - j0 % a.page_cells;
+            run = run < left_in_page ? run : left_in_page;
         }
-        fn(j0, cell * a.kv_row + a.off, run);
+        fn(j0, kv_elem(a, j0), run);
         j0 += run;
     }
 }

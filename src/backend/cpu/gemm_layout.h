@@ -24,15 +24,6 @@ inline size_t rows_form_bytes(int64_t K, int64_t n) {
            (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup));
 }
 
-inline RowsForm rows_form(void* scratch, int64_t K, int64_t n) {
-    auto* p = static_cast<uint8_t*>(scratch);
-    RowsForm f;
-    f.v = reinterpret_cast<int8_t*>(p);
-    f.s = reinterpret_cast<float*>(p + n * K);
-    f.m = f.s + n * (K / kGroup);
-    return f;
-}
-
 // Q4_K and Q5_K carry a min per group besides the scale.
 inline bool has_mins(tensor::DType t) {
     return t == tensor::DType::Q4_K || t == tensor::DType::Q5_K;
@@ -60,6 +51,13 @@ inline SignedPanel signed_panel_at(void* p, int64_t K, int64_t G, int64_t lanes)
     f.s = reinterpret_cast<float*>(b + lanes * K);
     f.o = f.s + lanes * (K / G);
     return f;
+}
+
+// n rows in the common form: the same three arrays, in the same order, as
+// a panel of n lanes at groups of kGroup.
+inline RowsForm rows_form(void* scratch, int64_t K, int64_t n) {
+    const SignedPanel p = signed_panel_at(scratch, K, kGroup, n);
+    return {p.v, p.s, p.o};
 }
 
 // The scratch of one signed-GEMM call (gemm_rows of the AVX2 and ARM64
