@@ -134,6 +134,21 @@ void register_all() {
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
     }
+    // A decode step of 8 sequences (the GEMM at a few tokens), in the file's
+    // layout and regrouped.
+    for (bool il : {false, true})
+        for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K})
+            benchmark::RegisterBenchmark(("MatMul/batch8" + std::string(il ? "x16/" : "/") +
+                                          std::string(tensor::dtype_name(t)))
+                                             .c_str(),
+                                         BM_MatMul, t, int64_t{8}, il, false)
+                ->Unit(benchmark::kMicrosecond)
+                ->UseRealTime();
+    // The output matrix for 8 sequences: the weights stream from DRAM.
+    benchmark::RegisterBenchmark("MatMul/output16x8/q8_0", BM_MatMul, DType::Q8_0, int64_t{8}, true,
+                                 true)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
 }
 
 // One layer's causal attention: n tokens after `depth` cached ones, random

@@ -115,6 +115,55 @@ MINFER_AVX2_TARGET inline void store_lanes(float* o, __m256 v, int lanes) {
     std::copy(tmp, tmp + lanes, o);
 }
 
+// Where the micro-kernels read the weights: quad(i, k) is quad k of the
+// 8 rows of panel i (one row per 32-bit lane), scale(i, g) and mins(i, g)
+// group g's scales and mins of those rows, as floats.
+//
+// Panels that fill_panel wrote (every type, every layout).
+struct PanelSource {
+    const Panel* p;
+    MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[i].v + k * 32));
+    }
+    MINFER_AVX2_TARGET __m256 scale(int i, int64_t g) const {
+        return _mm256_loadu_ps(p[i].s + 8 * g);
+    }
+    MINFER_AVX2_TARGET __m256 mins(int i, int64_t g) const {
+        return _mm256_loadu_ps(p[i].o + 8 * g);
+    }
+};
+
+// Q8_0 weights regrouped at load (tensor/interleave.h), read in place: in
+// each block of a 16-row group, the 16 f16 scales and then quad after quad
+// of the 16 rows side by side (stored ^ 0x80), so panel 2j is the first 8
+// rows of group j and panel 2j + 1 the other 8. Nothing is unpacked per
+// call: at a few tokens (decode of many sequences) the unpacking cost as
+// much as the products. The values and scales are the panels' own, so the
+// outputs are bitwise those of the filled panels.
+struct Q8_0GroupSource {
+    const uint8_t* w;    // the 16-row group holding panel 0
+    size_t group_bytes;  // bytes of 16 rows
+    int panel0;          // the first panel: 0 or 1 (its group's half)
+    static constexpr size_t kBlock = 16 * sizeof(block_q8_0);  // one block of 16 rows
+    // Block b of panel i's group, and which half of it the panel is.
+    MINFER_AVX2_TARGET const uint8_t* block(int i, int64_t b) const {
+        return w + static_cast<size_t>((panel0 + i) / 2) * group_bytes +
+               static_cast<size_t>(b) * kBlock;
+    }
+    int half(int i) const { return (panel0 + i) % 2; }
+    MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
+        // after the 16 scales (32 bytes), quad k % 8: 16 rows x 4 bytes
+        const uint8_t* q = block(i, k / 8) + 32 + 64 * (k % 8) + 32 * half(i);
+        return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)),
+                                _mm256_set1_epi8(static_cast<char>(0x80)));
+    }
+    MINFER_AVX2_TARGET __m256 scale(int i, int64_t g) const {
+        const uint8_t* d = block(i, g) + 16 * half(i);
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d)));
+    }
+    MINFER_AVX2_TARGET __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
+};
+
 #define MINFER_MICRO_TARGET MINFER_AVX2_TARGET
 #define MINFER_MICRO_VNNI 0
 namespace plain {
@@ -148,26 +197,39 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
     const int64_t n = r1 - r0;
     MINFER_ASSERT(n >= 1 && n <= gemm_tile_rows());
     MINFER_ASSERT(w_row_bytes <= static_cast<size_t>(2 * K));
-    const int64_t G = wtype == DType::Q6_K ? 16 : 32;
     const int n_panels = static_cast<int>((n + kLanes - 1) / kLanes);
+    const int last = static_cast<int>(n - kLanes * (n_panels - 1));
+    const bool vnni = avx_vnni_enabled();
+    // Tokens outside, panels inside: kMT tokens' activations stay in L1
+    // while every panel of the tile reads them.
+    auto run = [&](const auto& tab, auto src_at) {
+        for (int64_t t = 0; t < n_tokens; t += kMT) {
+            const int T = static_cast<int>(std::min<int64_t>(kMT, n_tokens - t));
+            for (int i = 0; i < n_panels; i += kMR) {
+                const int R = std::min(kMR, n_panels - i);
+                tab[R - 1][T - 1](src_at(i), K, act, act_stride, t, out + kLanes * i, out_stride,
+                                  i + R == n_panels ? last : kLanes);
+            }
+        }
+    };
+    if (wtype == DType::Q8_0 && interleaved && r0 % tensor::kInterleaveRows == 0 &&
+        n % tensor::kInterleaveRows == 0) {
+        const size_t group_bytes = tensor::kInterleaveRows * w_row_bytes;
+        const uint8_t* w0 = w + static_cast<size_t>(r0) * w_row_bytes;
+        run(vnni ? vnni::q8_0_group_table() : plain::q8_0_group_table(), [&](int i) {
+            return Q8_0GroupSource{w0 + static_cast<size_t>(i / 2) * group_bytes, group_bytes,
+                                   i % 2};
+        });
+        return;
+    }
+    const int64_t G = wtype == DType::Q6_K ? 16 : 32;
     Panel p[kPanels];
     const auto [rows, gguf_row] =
         gemm_layout::carve_signed_scratch(scratch, K, G, kLanes, kPanels, p);
     for (int i = 0; i < n_panels; ++i)
         fill_panel(wtype, interleaved, w, w_row_bytes, K, G, r0 + kLanes * i,
                    std::min(r1, r0 + kLanes * i + kLanes), p[i], rows, gguf_row);
-    const int last = static_cast<int>(n - kLanes * (n_panels - 1));
-    const auto& tab = avx_vnni_enabled() ? vnni::table(wtype) : plain::table(wtype);
-    // Tokens outside, panels inside: kMT tokens' activations stay in L1
-    // while every panel of the tile reads them.
-    for (int64_t t = 0; t < n_tokens; t += kMT) {
-        const int T = static_cast<int>(std::min<int64_t>(kMT, n_tokens - t));
-        for (int i = 0; i < n_panels; i += kMR) {
-            const int R = std::min(kMR, n_panels - i);
-            tab[R - 1][T - 1](p + i, K, act, act_stride, t, out + kLanes * i, out_stride,
-                              i + R == n_panels ? last : kLanes);
-        }
-    }
+    run(vnni ? vnni::table(wtype) : plain::table(wtype), [&](int i) { return PanelSource{p + i}; });
 #else
     (void)wtype, (void)interleaved, (void)w, (void)w_row_bytes, (void)K, (void)r0, (void)r1,
         (void)act, (void)act_stride, (void)n_tokens, (void)out, (void)out_stride, (void)scratch;
