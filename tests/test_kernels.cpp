@@ -636,45 +636,58 @@ TEST(CpuMatMul, InterleavedWeightsMatchTheFileLayout) {
     });
 }
 
-TEST(CpuMatMul, RegroupedQ8_0AtAvx2IsBitwiseTheSameAloneAndInAnyBatch) {
-    // At the Avx2 level Q8_0 is the type regrouped at load, and its decode
-    // (group_dot_q8_0_avx2, fewer than 4 tokens) and its GEMM (read in
-    // place, 4 or more) do per row the same operations in the same order:
-    // a token's outputs are bitwise the same alone, among 3 (dot path) and
-    // at any place in 9 or 19 (GEMM), with 1 and 2 threads, with AVX-VNNI
-    // and without. Rows 48: three 16-row groups, so a 32-row GEMM tile and
-    // a lone group follow each other.
-    const auto levels = cpu::isa_levels_supported();
-    if (std::find(levels.begin(), levels.end(), cpu::IsaLevel::Avx2) == levels.end())
-        GTEST_SKIP() << "this CPU has no AVX2";
+TEST(CpuMatMul, RegroupedWeightsAreBitwiseTheSameAloneAndInAnyBatch) {
+    // Regrouped weights whose type has a group kernel at the level: the
+    // decode kernel (fewer than 4 tokens) and the GEMM (4 or more) do per
+    // row the same float steps on exact integer sums, so a token's outputs
+    // are bitwise the same alone, among 3 (dot path) and at any place in 9
+    // or 19 (GEMM), with 1 and 2 threads. matmul_batch_invariant says so,
+    // and on x86-64 it must for Q8_0 at Avx2 and for all four types at
+    // Avx512 (Q5_0 with BITALG), or the check would pass by skipping. Rows
+    // 48: three 16-row groups, so a 32-row GEMM tile and a lone group.
     const int64_t K = 512, M = 48;
-    Weight w = make_weight(DType::Q8_0, K, M, 7);
-    std::vector<uint8_t> wi(w.bytes.size());
-    tensor::interleave_rows(DType::Q8_0, w.bytes.data(), K, M, wi.data());
-    TensorView v = w.view;
-    v.data = wi.data();
-    v.layout = TensorView::Layout::Rows16;
-    const cpu::MatMulPart part{&v, 0};
     std::vector<float> x = random_floats(static_cast<size_t>(K * 19), 31);
-    minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
-        if (level != cpu::IsaLevel::Avx2) return;
-        ASSERT_NE(cpu::group_dot_fn(DType::Q8_0), nullptr);
-        for (int threads : {1, 2}) {
-            ThreadPool pool(threads);
-            std::vector<float> all(static_cast<size_t>(M * 19));
-            cpu::matmul(&part, 1, x.data(), K, 19, all.data(), M, pool);
-            // token 7 of the 19, alone, as 3rd of 3, as 1st of 9 (t = 7 .. 15)
-            std::vector<float> one(static_cast<size_t>(M)), three(static_cast<size_t>(M * 3)),
-                nine(static_cast<size_t>(M * 9));
-            cpu::matmul(&part, 1, x.data() + 7 * K, K, 1, one.data(), M, pool);
-            cpu::matmul(&part, 1, x.data() + 5 * K, K, 3, three.data(), M, pool);
-            cpu::matmul(&part, 1, x.data() + 7 * K, K, 9, nine.data(), M, pool);
-            const float* want = all.data() + 7 * M;
-            EXPECT_EQ(0, std::memcmp(one.data(), want, M * sizeof(float))) << threads;
-            EXPECT_EQ(0, std::memcmp(three.data() + 2 * M, want, M * sizeof(float))) << threads;
-            EXPECT_EQ(0, std::memcmp(nine.data(), want, M * sizeof(float))) << threads;
-        }
-    });
+    int checked = 0;
+    for (DType t : {DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+        SCOPED_TRACE(dtype_name(t));
+        Weight w = make_weight(t, K, M, 7);
+        std::vector<uint8_t> wi(w.bytes.size());
+        tensor::interleave_rows(t, w.bytes.data(), K, M, wi.data());
+        TensorView v = w.view;
+        v.data = wi.data();
+        v.layout = TensorView::Layout::Rows16;
+        const cpu::MatMulPart part{&v, 0};
+        minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+            const bool expected = (level == cpu::IsaLevel::Avx2 && t == DType::Q8_0) ||
+                                  (level == cpu::IsaLevel::Avx512 &&
+                                   (t != DType::Q5_0 || cpu::cpu_has_avx512_bitalg()));
+            if (expected) {
+                EXPECT_TRUE(cpu::matmul_batch_invariant(v));
+            }
+            if (!cpu::matmul_batch_invariant(v)) return;
+            for (int threads : {1, 2}) {
+                ThreadPool pool(threads);
+                std::vector<float> all(static_cast<size_t>(M * 19));
+                cpu::matmul(&part, 1, x.data(), K, 19, all.data(), M, pool);
+                // token 7 of the 19, alone, as 3rd of 3, as 1st of 9 (t = 7 .. 15)
+                std::vector<float> one(static_cast<size_t>(M)), three(static_cast<size_t>(M * 3)),
+                    nine(static_cast<size_t>(M * 9));
+                cpu::matmul(&part, 1, x.data() + 7 * K, K, 1, one.data(), M, pool);
+                cpu::matmul(&part, 1, x.data() + 5 * K, K, 3, three.data(), M, pool);
+                cpu::matmul(&part, 1, x.data() + 7 * K, K, 9, nine.data(), M, pool);
+                const float* want = all.data() + 7 * M;
+                EXPECT_EQ(0, std::memcmp(one.data(), want, M * sizeof(float))) << threads;
+                EXPECT_EQ(0, std::memcmp(three.data() + 2 * M, want, M * sizeof(float))) << threads;
+                EXPECT_EQ(0, std::memcmp(nine.data(), want, M * sizeof(float))) << threads;
+                ++checked;
+            }
+        });
+    }
+#if defined(__x86_64__)
+    if (cpu::isa_detected() != cpu::IsaLevel::Scalar) {
+        EXPECT_GT(checked, 0);
+    }
+#endif
 }
 
 // ---- small ops --------------------------------------------------------------------

@@ -140,6 +140,7 @@ MINFER_UNPACK_TARGET inline void unpack_rows_portable(DType t, bool interleaved,
             deinterleave_row(t, w, K, r0 + l, gguf_row);
             src = gguf_row;
         }
-        unpack_row_portable(t, src, K, rows.v + l * K, rows.s + l * (K / 16), rows.m + l * (K / 16));
+        unpack_row_portable(t, src, K, rows.v + l * K, rows.s + l * (K / 16),
+                            rows.m + l * (K / 16));
     }
 }

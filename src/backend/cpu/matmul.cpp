@@ -36,6 +36,11 @@ bool batch_invariant_matmul() {
     return on;
 }
 
+bool matmul_batch_invariant(const tensor::TensorView& w) {
+    return batch_invariant_matmul() || !gemm_supported(w.type, w.ne[0]) ||
+           (w.layout == tensor::TensorView::Layout::Rows16 && group_dot_fn(w.type) != nullptr);
+}
+
 void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride,
             int64_t n_tokens, float* out, int64_t out_stride, ThreadPool& pool) {
     MINFER_ASSERT(n_parts >= 1 && n_parts <= kMaxParts);

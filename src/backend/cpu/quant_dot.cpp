@@ -684,8 +684,10 @@ MINFER_VNNI512 inline int32_t sum_q8_32(const int8_t* qs) {
 // low nibbles and 16+4i.. in its high). vpshufbitqmb picks each byte's 5th
 // bit out of its lane's qh as a mask; vpdpbusd multiplies the unsigned q5
 // by the activation quad broadcast to every lane, starting from -16 *
-// sum(a): exact int32 sums of (q5 - 16) * a per row, then d_w * d_a in
-// float as ggml.
+// sum(a): exact int32 sums of (q5 - 16) * a per row, then cvt(sum) * d_w,
+// times d_a added by one FMA: per row the float steps of the AVX-512 GEMM
+// (gemm.cpp's micro), so a token's outputs are bitwise the same alone and
+// in a batch.
 #define MINFER_VNNI512_BITALG                                                 \
     __attribute__((                                                           \
         target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni," \
@@ -706,8 +708,8 @@ MINFER_VNNI512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void*
             isum = _mm512_dpbusd_epi32(isum, hi, _mm512_set1_epi32(aq[4 + i]));
         }
         const __m512 dw = interleaved::halves16(blk);
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(y[b].d))),
-                              _mm512_cvtepi32_ps(isum), acc);
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), dw),
+                              _mm512_set1_ps(_cvtsh_ss(y[b].d)), acc);
     }
     _mm512_storeu_ps(out, acc);
 }
@@ -716,9 +718,12 @@ MINFER_VNNI512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void*
 // rows' d and dmin (f16), their 12 scale bytes as 3 dword vectors (unpacked
 // as q4k_scales_mins does, lane-wise), then 32 vectors of one qs dword per
 // row: dword 8c + k holds elements 64c + 4k.. (sub-block 2c) in its low
-// nibbles and 64c + 32 + 4k.. (sub-block 2c + 1) in its high. Integer sums
-// per sub-block times its scale, the mins times the activation's pair sums
-// of bsums, all exact in int32 lanes; then d and dmin in float.
+// nibbles and 64c + 32 + 4k.. (sub-block 2c + 1) in its high. The integer
+// sum of each sub-block is exact; the float steps are those of the AVX-512
+// GEMM (gemm.cpp's micro_k), sub-block by sub-block: cvt(sum) times d *
+// scale, then -dmin * min times the activations' sum, into a block sum
+// that takes the activation scale once. So a token's outputs are bitwise
+// the same alone (here) and in a batch (the GEMM).
 MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, float* out) {
     const auto* blk = static_cast<const uint8_t*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
@@ -727,40 +732,34 @@ MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, fl
     for (int64_t i = 0; i < n / QK_K; ++i, blk += 16 * sizeof(block_q4_K)) {
         __m512i sc[2], mn[2];  // bytes of each lane: scales 0-3, 4-7; mins 0-3, 4-7
         interleaved::q4_K_scales_mins(blk, sc, mn);
-        __m512i sum = _mm512_setzero_si512(), mins = _mm512_setzero_si512();
+        const __m512 d = interleaved::halves16(blk), dmin = interleaved::halves16(blk + 32);
+        __m512 sum = _mm512_setzero_ps();
         const uint8_t* qs = blk + 256;
         for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c, 2c + 1
-            __m512i s_lo = _mm512_setzero_si512(), s_hi = _mm512_setzero_si512();
+            __m512i s2[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
             const int8_t* a = y[i].qs + 64 * c;
             for (int k = 0; k < 8; ++k) {
                 const __m512i q = _mm512_loadu_si512(qs + 64 * (8 * c + k));
                 int32_t a_lo, a_hi;
                 std::memcpy(&a_lo, a + 4 * k, 4);
                 std::memcpy(&a_hi, a + 32 + 4 * k, 4);
-                s_lo = _mm512_dpbusd_epi32(s_lo, _mm512_and_si512(q, m4), _mm512_set1_epi32(a_lo));
-                s_hi = _mm512_dpbusd_epi32(s_hi, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
-                                           _mm512_set1_epi32(a_hi));
+                s2[0] =
+                    _mm512_dpbusd_epi32(s2[0], _mm512_and_si512(q, m4), _mm512_set1_epi32(a_lo));
+                s2[1] = _mm512_dpbusd_epi32(s2[1], _mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                                            _mm512_set1_epi32(a_hi));
             }
-            const int j0 = 2 * c, j1 = 2 * c + 1;  // the two sub-blocks
-            const __m512i sc0 = interleaved::byte_of(sc, j0), sc1 = interleaved::byte_of(sc, j1);
-            const __m512i mn0 = interleaved::byte_of(mn, j0), mn1 = interleaved::byte_of(mn, j1);
-            sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(s_lo, sc0));
-            sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(s_hi, sc1));
-            // mins * (bsum[2j] + bsum[2j+1]) as one vpdpwssd: word pairs
-            // (min_j0, min_j1) x (bsum pair j0, bsum pair j1)
-            const int32_t b0 = y[i].bsums[2 * j0] + y[i].bsums[2 * j0 + 1];
-            const int32_t b1 = y[i].bsums[2 * j1] + y[i].bsums[2 * j1 + 1];
-            const __m512i mpair = _mm512_or_si512(mn0, _mm512_slli_epi32(mn1, 16));
-            mins = _mm512_dpwssd_epi32(
-                mins, mpair,
-                _mm512_set1_epi32(static_cast<int32_t>((static_cast<uint32_t>(b0) & 0xFFFF) |
-                                                       (static_cast<uint32_t>(b1) << 16))));
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * c + h;  // the sub-block
+                const __m512 s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(interleaved::byte_of(sc, j)));
+                const __m512 o = _mm512_sub_ps(
+                    _mm512_setzero_ps(),
+                    _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(interleaved::byte_of(mn, j))));
+                const auto bsum = static_cast<float>(y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+                sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[h]), s, sum);
+                sum = _mm512_fmadd_ps(o, _mm512_set1_ps(bsum), sum);
+            }
         }
-        const __m512 da = _mm512_set1_ps(y[i].d);
-        const __m512 d = _mm512_mul_ps(interleaved::halves16(blk), da);
-        const __m512 dmin = _mm512_mul_ps(interleaved::halves16(blk + 32), da);
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc);
-        acc = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mins), acc);
+        acc = _mm512_fmadd_ps(sum, _mm512_set1_ps(y[i].d), acc);
     }
     _mm512_storeu_ps(out, acc);
 }
@@ -781,8 +780,8 @@ MINFER_VNNI512 void group_dot_q8_0(int64_t n, const void* vw, const void* va, fl
             isum = _mm512_dpbusd_epi32(isum, _mm512_loadu_si512(blk + 32 + 64 * q),
                                        _mm512_set1_epi32(aq[q]));
         const __m512 dw = interleaved::halves16(blk);
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(_cvtsh_ss(y[b].d))),
-                              _mm512_cvtepi32_ps(isum), acc);
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), dw),
+                              _mm512_set1_ps(_cvtsh_ss(y[b].d)), acc);
     }
     _mm512_storeu_ps(out, acc);
 }
@@ -793,14 +792,16 @@ MINFER_VNNI512 void group_dot_q8_0(int64_t n, const void* vw, const void* va, fl
 // quads of elements 128h + 4k, +32, +64, +96 (low nibbles, low nibbles,
 // high, high; qh bits 0-1, 2-3, 4-5, 6-7); then 4 vectors of the int8
 // scales and the 16 f16 d. Each 16-element group sums unsigned q * a from
-// -32 * bsum (so (q - 32) * a exactly), times its scale, in int32 lanes.
+// -32 * bsum (so (q - 32) * a exactly); then, group by group in order, the
+// AVX-512 GEMM's float steps (micro_k): cvt(sum) times d * scale into a
+// block sum, which takes the activation scale once (bitwise the GEMM).
 MINFER_VNNI512 void group_dot_q6_K(int64_t n, const void* vw, const void* va, float* out) {
     const auto* blk = static_cast<const uint8_t*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i, blk += 16 * sizeof(block_q6_K)) {
         const uint8_t* sc = blk + 3072;
-        __m512i sum = _mm512_setzero_si512();
+        __m512i gs[16];  // the integer sum of each group
         for (int h = 0; h < 2; ++h)
             for (int kk = 0; kk < 2; ++kk) {
                 // groups 8h + kk + {0, 2, 4, 6}
@@ -816,13 +817,15 @@ MINFER_VNNI512 void group_dot_q6_K(int64_t n, const void* vw, const void* va, fl
                         g[u] = _mm512_dpbusd_epi32(g[u], v[u], _mm512_set1_epi32(a4));
                     }
                 }
-                for (int u = 0; u < 4; ++u) {
-                    const __m512i s = interleaved::q6_K_scale(sc, 8 * h + kk + 2 * u);
-                    sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(g[u], s));
-                }
+                for (int u = 0; u < 4; ++u) gs[8 * h + kk + 2 * u] = g[u];
             }
-        const __m512 d = _mm512_mul_ps(interleaved::halves16(blk + 3328), _mm512_set1_ps(y[i].d));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sum), acc);
+        const __m512 d = interleaved::halves16(blk + 3328);
+        __m512 sum = _mm512_setzero_ps();
+        for (int g = 0; g < 16; ++g)
+            sum = _mm512_fmadd_ps(
+                _mm512_cvtepi32_ps(gs[g]),
+                _mm512_mul_ps(d, _mm512_cvtepi32_ps(interleaved::q6_K_scale(sc, g))), sum);
+        acc = _mm512_fmadd_ps(sum, _mm512_set1_ps(y[i].d), acc);
     }
     _mm512_storeu_ps(out, acc);
 }

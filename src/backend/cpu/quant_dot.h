@@ -35,7 +35,9 @@ VecDotFn vec_dot_fn(tensor::DType weight);
 // scales and high bits are handled once for all 16.
 using GroupDotFn = void (*)(int64_t n, const void* group, const void* a, float* out);
 // The implementation for an interleaved weight type on this CPU, or nullptr
-// (the caller then de-interleaves rows for vec_dot_fn).
+// (the caller then de-interleaves rows for vec_dot_fn). Each does per row
+// the float steps of its level's GEMM on the same groups, so its outputs
+// are bitwise the GEMM's (see matmul_batch_invariant).
 GroupDotFn group_dot_fn(tensor::DType weight);
 
 // Plain f32 dot product with float accumulation in 16 lanes (ggml's
