@@ -688,6 +688,7 @@ TEST(CpuMatMul, RegroupedWeightsAreBitwiseTheSameAloneAndInAnyBatch) {
         EXPECT_GT(checked, 0);
     }
 #endif
+    if (checked == 0) GTEST_SKIP() << "no level of this CPU has a 16-row group kernel";
 }
 
 // ---- small ops --------------------------------------------------------------------
