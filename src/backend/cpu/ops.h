@@ -29,7 +29,7 @@ bool batch_invariant_matmul();
 // MINFER_BATCH_INVARIANT: when w's type has no GEMM (every count takes the
 // dot products), or when w is regrouped (tensor/interleave.h) and its type
 // has a group kernel for the decode, which does per row the float steps of
-// the GEMM (x86-64: Q8_0 at Avx2; Q5_0, Q8_0, Q4_K, Q6_K at Avx512).
+// the GEMM (x86-64: Q8_0, Q4_K, Q6_K at Avx2; also Q5_0 at Avx512).
 bool matmul_batch_invariant(const tensor::TensorView& w);
 
 // out[t][out_col + m] = dot(w row m, x row t) for every part, x rows

@@ -7,6 +7,7 @@
 #include "backend/cpu/arm/neon.h"
 #include "backend/cpu/interleaved_simd.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/x86/gemm_avx2.h"
 #include "tensor/blocks.h"
 #include "tensor/quants.h"
 #include "util/error.h"
@@ -295,47 +296,6 @@ __attribute__((target("avx2,fma,f16c"))) float dot_q8_0_avx2(int64_t n, const vo
 }
 
 #define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-// Q8_0 x Q8_0 for an interleaved group of 16 rows at the Avx2 level (its
-// decode on regrouped weights; tensor/interleave.h): rows 0-7 and 8-15 in
-// the int32 lanes of one vector each. Per block: each quad (stored ^ 0x80,
-// flipped back) times the activation quad broadcast, as |w| x a with w's
-// sign, widened and added quad by quad; then cvt(sum) * d_w, times d_a
-// added by one FMA. These are, per row, the operations and the order of
-// the AVX2 GEMM's micro-kernel (x86/gemm_avx2_micro.inc) on the same
-// groups, so a token's outputs are bitwise the same alone (here) and in a
-// batch of any size (the GEMM).
-MINFER_AVX2 void group_dot_q8_0_avx2(int64_t n, const void* vw, const void* va, float* out) {
-    const auto* blk = static_cast<const uint8_t*>(vw);
-    const auto* y = static_cast<const block_q8_0*>(va);
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t b = 0; b < n / QK8_0; ++b, blk += 16 * sizeof(block_q8_0)) {
-        int32_t aq[8];
-        std::memcpy(aq, y[b].qs, 32);
-        __m256i isum[2];
-        for (int q = 0; q < 8; ++q) {
-            const __m256i a = _mm256_set1_epi32(aq[q]);
-            for (int h = 0; h < 2; ++h) {
-                const __m256i w = _mm256_xor_si256(
-                    _mm256_loadu_si256(
-                        reinterpret_cast<const __m256i*>(blk + 32 + 64 * q + 32 * h)),
-                    flip);
-                const __m256i wide = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w)), ones);
-                isum[h] = q == 0 ? wide : _mm256_add_epi32(isum[h], wide);
-            }
-        }
-        const __m256 da = _mm256_set1_ps(_cvtsh_ss(y[b].d));
-        for (int h = 0; h < 2; ++h) {
-            const __m256 dw =
-                _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-            acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(isum[h]), dw), da, acc[h]);
-        }
-    }
-    _mm256_storeu_ps(out, acc[0]);
-    _mm256_storeu_ps(out + 8, acc[1]);
-}
 
 MINFER_AVX2 inline float hsum_avx2(__m256 v) {
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -1182,8 +1142,8 @@ GroupDotFn group_dot_fn(DType w) {
     if (w == DType::Q4_K && vnni512) return group_dot_q4_K;
     if (w == DType::Q6_K && vnni512) return group_dot_q6_K;
     if (w == DType::Q8_0 && vnni512) return group_dot_q8_0;
-    // At Avx2 only Q8_0 is regrouped: its GEMM reads the groups in place.
-    if (w == DType::Q8_0 && has_avx2()) return group_dot_q8_0_avx2;
+    // Avx2: Q8_0, Q4_K, Q6_K (x86/gemm_avx2.cpp, beside the GEMM it mirrors).
+    if (!vnni512 && has_avx2()) return avx2::group_dot(w);
 #endif
     (void)w;
     return nullptr;

@@ -133,24 +133,44 @@ struct PanelSource {
     }
 };
 
-// Q8_0 weights regrouped at load (tensor/interleave.h), read in place: in
-// each block of a 16-row group, the 16 f16 scales and then quad after quad
-// of the 16 rows side by side (stored ^ 0x80), so panel 2j is the first 8
-// rows of group j and panel 2j + 1 the other 8. Nothing is unpacked per
-// call: at a few tokens (decode of many sequences) the unpacking cost as
-// much as the products. The values and scales are the panels' own, so the
-// outputs are bitwise those of the filled panels.
-struct Q8_0GroupSource {
+// Weights regrouped at load (tensor/interleave.h), read from their 16-row
+// groups: panel p is half p % 2 of group p / 2 (the first or last 8 rows),
+// so a group's vectors of one unit per row give a panel's 8 lanes with one
+// 32-byte load. The values and scales are those fill_panel would write, so
+// the outputs are bitwise those of the filled panels.
+struct GroupBase {
     const uint8_t* w;    // the 16-row group holding panel 0
     size_t group_bytes;  // bytes of 16 rows
-    int panel0;          // the first panel: 0 or 1 (its group's half)
-    static constexpr size_t kBlock = 16 * sizeof(block_q8_0);  // one block of 16 rows
-    // Block b of panel i's group, and which half of it the panel is.
-    MINFER_AVX2_TARGET const uint8_t* block(int i, int64_t b) const {
-        return w + static_cast<size_t>((panel0 + i) / 2) * group_bytes +
-               static_cast<size_t>(b) * kBlock;
-    }
+    int panel0 = 0;      // the panel that is panel 0 here
     int half(int i) const { return (panel0 + i) % 2; }
+    const uint8_t* group(int i) const {
+        return w + static_cast<size_t>((panel0 + i) / 2) * group_bytes;
+    }
+};
+// The same source with panel i as its panel 0.
+template <class Src>
+Src from_panel(Src s, int i) {
+    s.panel0 += i;
+    return s;
+}
+
+// The 32-bit lanes of v shifted right by n (a run-time count).
+MINFER_AVX2_TARGET inline __m256i srl32(__m256i v, int n) {
+    return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n));
+}
+MINFER_AVX2_TARGET inline __m256i load32(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Q8_0: per block of 16 rows the 16 f16 scales, then quad after quad of
+// the 16 rows side by side (stored ^ 0x80): read in place, flipped back.
+// Nothing is unpacked per call: at a few tokens (decode of many sequences)
+// the unpacking cost as much as the products.
+struct Q8_0GroupSource : GroupBase {
+    static constexpr size_t kBlock = 16 * sizeof(block_q8_0);  // one block of 16 rows
+    MINFER_AVX2_TARGET const uint8_t* block(int i, int64_t b) const {
+        return group(i) + static_cast<size_t>(b) * kBlock;
+    }
     MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
         // after the 16 scales (32 bytes), quad k % 8: 16 rows x 4 bytes
         const uint8_t* q = block(i, k / 8) + 32 + 64 * (k % 8) + 32 * half(i);
@@ -163,6 +183,105 @@ struct Q8_0GroupSource {
     }
     MINFER_AVX2_TARGET __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
 };
+
+// The K-quants' values need unpacking, so the GEMM writes them into panels
+// once per call (fill_from) while the decode kernel reads them in place.
+
+// Q4_K (tensor/interleave.h): per super-block of 16 rows, the 16 d, the 16
+// dmin (f16), the 12 scale bytes as 3 dword units, then 32 qs dword units:
+// unit 8c + q holds elements 64c + 4q.. (group 2c) in its low nibbles and
+// 64c + 32 + 4q.. (group 2c + 1) in its high. Values 0..15 (the mins kept
+// apart), scales d * sc and mins -dmin * m as gemm_unpack.h has them.
+struct Q4_KGroupSource : GroupBase {
+    static constexpr size_t kBlock = 16 * sizeof(block_q4_K);
+    MINFER_AVX2_TARGET const uint8_t* block(int i, int64_t sb) const {
+        return group(i) + static_cast<size_t>(sb) * kBlock;
+    }
+    MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
+        const int64_t sb = k / 64, j = k % 64 / 8, q = k % 8;  // super-block, group, quad
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+            block(i, sb) + 256 + 64 * (8 * (j / 2) + q) + 32 * half(i)));
+        const __m256i m4 = _mm256_set1_epi8(0xF);
+        return j % 2 ? _mm256_and_si256(_mm256_srli_epi16(x, 4), m4) : _mm256_and_si256(x, m4);
+    }
+    // The 6-bit scale (or min) of group j of super-block sb in each lane,
+    // as q4k_scales_mins unpacks it from the 12 bytes of a row.
+    MINFER_AVX2_TARGET __m256i six_bits(int i, int64_t sb, int j, bool min) const {
+        const uint8_t* u = block(i, sb) + 64 + 32 * half(i);  // unit n at u + 64 n
+        const __m256i ff = _mm256_set1_epi32(0xFF);
+        if (j < 4)
+            return _mm256_and_si256(srl32(load32(u + (min ? 64 : 0)), 8 * j),
+                                    _mm256_set1_epi32(63));
+        const __m256i lo = _mm256_and_si256(srl32(load32(u + 128), 8 * (j - 4)), ff);
+        const __m256i top = _mm256_and_si256(srl32(load32(u + (min ? 64 : 0)), 8 * (j - 4) + 6),
+                                             _mm256_set1_epi32(3));
+        return _mm256_or_si256(
+            min ? _mm256_srli_epi32(lo, 4) : _mm256_and_si256(lo, _mm256_set1_epi32(0xF)),
+            _mm256_slli_epi32(top, 4));
+    }
+    MINFER_AVX2_TARGET __m256 halves(int i, int64_t sb, int at) const {
+        return _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(block(i, sb) + at + 16 * half(i))));
+    }
+    MINFER_AVX2_TARGET __m256 scale(int i, int64_t g) const {
+        return _mm256_mul_ps(halves(i, g / 8, 0), _mm256_cvtepi32_ps(six_bits(
+                                                      i, g / 8, static_cast<int>(g % 8), false)));
+    }
+    MINFER_AVX2_TARGET __m256 mins(int i, int64_t g) const {
+        const __m256 neg_dmin = _mm256_xor_ps(halves(i, g / 8, 32), _mm256_set1_ps(-0.0f));
+        return _mm256_mul_ps(neg_dmin,
+                             _mm256_cvtepi32_ps(six_bits(i, g / 8, static_cast<int>(g % 8), true)));
+    }
+};
+
+// Q6_K (tensor/interleave.h): per super-block, for half h and quad k the
+// ql dwords 16h + k, 16h + 8 + k and the qh dword 8h + k of 16 rows (192
+// bytes), which give elements 128h + 32u + 4k (u = 0..3: low nibbles of
+// the first, of the second, high of the first, of the second, with qh bits
+// 2u, 2u + 1 on top); then the int8 scales as 4 dword units, then the 16 d.
+// Values q - 32 (signed), scales d * sc, no mins.
+struct Q6_KGroupSource : GroupBase {
+    static constexpr size_t kBlock = 16 * sizeof(block_q6_K);
+    MINFER_AVX2_TARGET const uint8_t* block(int i, int64_t sb) const {
+        return group(i) + static_cast<size_t>(sb) * kBlock;
+    }
+    MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
+        const int64_t sb = k / 64, r = 4 * (k % 64);  // element r of super-block sb
+        const int64_t h = r / 128, u = r % 128 / 32, kk = r % 32 / 4;
+        const uint8_t* u3 = block(i, sb) + 192 * (8 * h + kk) + 32 * half(i);
+        const __m256i m4 = _mm256_set1_epi8(0xF);
+        const __m256i ql = load32(u3 + 64 * (u % 2));
+        const __m256i lo =
+            u < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+        const __m256i hi = _mm256_slli_epi32(
+            _mm256_and_si256(srl32(load32(u3 + 128), static_cast<int>(2 * u)), _mm256_set1_epi8(3)),
+            4);
+        return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+    }
+    MINFER_AVX2_TARGET __m256 scale(int i, int64_t g) const {
+        const int64_t sb = g / 16, j = g % 16;
+        const __m256i u = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(block(i, sb) + 3072 + 64 * (j / 4) + 32 * half(i)));
+        const __m256i sc = _mm256_srai_epi32(
+            _mm256_sll_epi32(u, _mm_cvtsi32_si128(static_cast<int>(24 - 8 * (j % 4)))), 24);
+        const __m256 d = _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(block(i, sb) + 3328 + 16 * half(i))));
+        return _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+    }
+    MINFER_AVX2_TARGET __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
+};
+
+// Panel i of a source written out as fill_panel writes it (v, s, and o
+// with mins): the same values, so the micro-kernels' outputs are the same.
+template <class Src>
+MINFER_AVX2_TARGET void fill_from(const Src& src, int i, int64_t K, int64_t G, bool mins,
+                                  const Panel& p) {
+    for (int64_t k = 0; k < K / 4; ++k)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.v + 32 * k), src.quad(i, k));
+    for (int64_t g = 0; g < K / G; ++g) _mm256_storeu_ps(p.s + 8 * g, src.scale(i, g));
+    if (mins)
+        for (int64_t g = 0; g < K / 32; ++g) _mm256_storeu_ps(p.o + 8 * g, src.mins(i, g));
+}
 
 #define MINFER_MICRO_TARGET MINFER_AVX2_TARGET
 #define MINFER_MICRO_VNNI 0
@@ -212,13 +331,15 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
             }
         }
     };
-    if (wtype == DType::Q8_0 && interleaved && r0 % tensor::kInterleaveRows == 0 &&
-        n % tensor::kInterleaveRows == 0) {
-        const size_t group_bytes = tensor::kInterleaveRows * w_row_bytes;
-        const uint8_t* w0 = w + static_cast<size_t>(r0) * w_row_bytes;
+    // Whole regrouped groups: Q8_0 read in place, Q4_K / Q6_K unpacked
+    // straight from them (other cases through the common form).
+    const bool whole_groups =
+        interleaved && r0 % tensor::kInterleaveRows == 0 && n % tensor::kInterleaveRows == 0;
+    const size_t group_bytes = tensor::kInterleaveRows * w_row_bytes;
+    const uint8_t* w0 = w + static_cast<size_t>(r0) * w_row_bytes;
+    if (whole_groups && wtype == DType::Q8_0) {
         run(vnni ? vnni::q8_0_group_table() : plain::q8_0_group_table(), [&](int i) {
-            return Q8_0GroupSource{w0 + static_cast<size_t>(i / 2) * group_bytes, group_bytes,
-                                   i % 2};
+            return from_panel(Q8_0GroupSource{{w0, group_bytes}}, i);
         });
         return;
     }
@@ -226,14 +347,101 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
     Panel p[kPanels];
     const auto [rows, gguf_row] =
         gemm_layout::carve_signed_scratch(scratch, K, G, kLanes, kPanels, p);
-    for (int i = 0; i < n_panels; ++i)
-        fill_panel(wtype, interleaved, w, w_row_bytes, K, G, r0 + kLanes * i,
-                   std::min(r1, r0 + kLanes * i + kLanes), p[i], rows, gguf_row);
+    for (int i = 0; i < n_panels; ++i) {
+        if (whole_groups && wtype == DType::Q4_K)
+            fill_from(Q4_KGroupSource{{w0, group_bytes}}, i, K, G, true, p[i]);
+        else if (whole_groups && wtype == DType::Q6_K)
+            fill_from(Q6_KGroupSource{{w0, group_bytes}}, i, K, G, false, p[i]);
+        else
+            fill_panel(wtype, interleaved, w, w_row_bytes, K, G, r0 + kLanes * i,
+                       std::min(r1, r0 + kLanes * i + kLanes), p[i], rows, gguf_row);
+    }
     run(vnni ? vnni::table(wtype) : plain::table(wtype), [&](int i) { return PanelSource{p + i}; });
 #else
     (void)wtype, (void)interleaved, (void)w, (void)w_row_bytes, (void)K, (void)r0, (void)r1,
         (void)act, (void)act_stride, (void)n_tokens, (void)out, (void)out_stride, (void)scratch;
     MINFER_ASSERT_MSG(false, "avx2::gemm_rows on a CPU without AVX2");
+#endif
+}
+
+#ifdef MINFER_GEMM_AVX2
+namespace {
+// Q6_K's decode kernel by hand: the generic one (group_dot_k) unpacks each
+// quad from its three loads alone, four times the loads and shifts of
+// taking the four quads of a (half, quad) triple at once, as here (and as
+// the AVX-512 kernel). Per 16-element group the exact sum of (q - 32) * a
+// (unsigned q against signed a, less 32 * the group's activation sum), then
+// micro_k's float steps in group order: bitwise the GEMM's.
+MINFER_AVX2_TARGET void group_dot_q6_K(int64_t n, const void* group, const void* va, float* out) {
+    const auto* y = static_cast<const block_q8_K*>(va);
+    const Q6_KGroupSource src{{static_cast<const uint8_t*>(group), 0}};
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t sb = 0; sb < n / QK_K; ++sb) {
+        const uint8_t* blk = src.block(0, sb);
+        __m256i gs[2][16];  // [panel][group]
+        for (int h = 0; h < 2; ++h)
+            for (int kh = 0; kh < 2; ++kh) {
+                // groups 8h + 2u + kh (u = 0..3), each over quads kk = 4kh .. 4kh + 3
+                __m256i g[2][4];
+                for (int kq = 0; kq < 4; ++kq) {
+                    const int kk = 4 * kh + kq;
+                    __m256i a[4];
+                    for (int u = 0; u < 4; ++u) {
+                        int32_t a4;
+                        std::memcpy(&a4, y[sb].qs + 128 * h + 32 * u + 4 * kk, 4);
+                        a[u] = _mm256_set1_epi32(a4);
+                    }
+                    for (int p = 0; p < 2; ++p) {
+                        const uint8_t* u3 = blk + 192 * (8 * h + kk) + 32 * p;
+                        const __m256i la = load32(u3), lb = load32(u3 + 64), hb = load32(u3 + 128);
+                        const __m256i q[4] = {
+                            _mm256_or_si256(_mm256_and_si256(la, m4),
+                                            _mm256_slli_epi32(_mm256_and_si256(hb, m3), 4)),
+                            _mm256_or_si256(_mm256_and_si256(lb, m4),
+                                            _mm256_slli_epi32(
+                                                _mm256_and_si256(_mm256_srli_epi32(hb, 2), m3), 4)),
+                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4),
+                                            _mm256_slli_epi32(
+                                                _mm256_and_si256(_mm256_srli_epi32(hb, 4), m3), 4)),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
+                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 6), m3),
+                                                  4))};
+                        for (int u = 0; u < 4; ++u) {
+                            // pair sums of q (<= 63) x a: at most 2 * 63 * 128
+                            const __m256i w =
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(q[u], a[u]), ones);
+                            g[p][u] = kq == 0 ? w : _mm256_add_epi32(g[p][u], w);
+                        }
+                    }
+                }
+                for (int u = 0; u < 4; ++u) {
+                    const int j = 8 * h + 2 * u + kh;
+                    const __m256i off = _mm256_set1_epi32(32 * y[sb].bsums[j]);
+                    for (int p = 0; p < 2; ++p) gs[p][j] = _mm256_sub_epi32(g[p][u], off);
+                }
+            }
+        for (int p = 0; p < 2; ++p) {
+            __m256 b = _mm256_setzero_ps();
+            for (int j = 0; j < 16; ++j)
+                b = _mm256_fmadd_ps(_mm256_cvtepi32_ps(gs[p][j]), src.scale(p, 16 * sb + j), b);
+            acc[p] = _mm256_fmadd_ps(b, _mm256_set1_ps(y[sb].d), acc[p]);
+        }
+    }
+    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out + 8, acc[1]);
+}
+}  // namespace
+#endif
+
+GroupDot group_dot(DType t) {
+#ifdef MINFER_GEMM_AVX2
+    if (t == DType::Q6_K) return group_dot_q6_K;
+    return avx_vnni_enabled() ? vnni::group_dot_of(t) : plain::group_dot_of(t);
+#else
+    (void)t;
+    return nullptr;
 #endif
 }
 
