@@ -138,13 +138,16 @@ struct PanelSource {
 // so a group's vectors of one unit per row give a panel's 8 lanes with one
 // 32-byte load. The values and scales are those fill_panel would write, so
 // the outputs are bitwise those of the filled panels.
+template <size_t kBlock>  // bytes of one block (or super-block) of 16 rows
 struct GroupBase {
     const uint8_t* w;    // the 16-row group holding panel 0
     size_t group_bytes;  // bytes of 16 rows
     int panel0 = 0;      // the panel that is panel 0 here
     int half(int i) const { return (panel0 + i) % 2; }
-    const uint8_t* group(int i) const {
-        return w + static_cast<size_t>((panel0 + i) / 2) * group_bytes;
+    // Block b of panel i's group.
+    const uint8_t* block(int i, int64_t b) const {
+        return w + static_cast<size_t>((panel0 + i) / 2) * group_bytes +
+               static_cast<size_t>(b) * kBlock;
     }
 };
 // The same source with panel i as its panel 0.
@@ -162,15 +165,23 @@ MINFER_AVX2_TARGET inline __m256i load32(const uint8_t* p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
+// Q6_K's quad u (0..3) of a (half, quad) triple, unsigned (0..63): the
+// low (u < 2) or high nibbles of ql (the first ql dword for even u, the
+// second for odd), with qh bits 2u, 2u + 1 on top.
+MINFER_AVX2_TARGET inline __m256i q6_K_quad(__m256i ql, __m256i qh, int u) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i lo =
+        u < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+    const __m256i hi =
+        _mm256_slli_epi32(_mm256_and_si256(srl32(qh, 2 * u), _mm256_set1_epi8(3)), 4);
+    return _mm256_or_si256(lo, hi);
+}
+
 // Q8_0: per block of 16 rows the 16 f16 scales, then quad after quad of
 // the 16 rows side by side (stored ^ 0x80): read in place, flipped back.
 // Nothing is unpacked per call: at a few tokens (decode of many sequences)
 // the unpacking cost as much as the products.
-struct Q8_0GroupSource : GroupBase {
-    static constexpr size_t kBlock = 16 * sizeof(block_q8_0);  // one block of 16 rows
-    MINFER_AVX2_TARGET const uint8_t* block(int i, int64_t b) const {
-        return group(i) + static_cast<size_t>(b) * kBlock;
-    }
+struct Q8_0GroupSource : GroupBase<16 * sizeof(block_q8_0)> {
     MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
         // after the 16 scales (32 bytes), quad k % 8: 16 rows x 4 bytes
         const uint8_t* q = block(i, k / 8) + 32 + 64 * (k % 8) + 32 * half(i);
@@ -192,11 +203,7 @@ struct Q8_0GroupSource : GroupBase {
 // unit 8c + q holds elements 64c + 4q.. (group 2c) in its low nibbles and
 // 64c + 32 + 4q.. (group 2c + 1) in its high. Values 0..15 (the mins kept
 // apart), scales d * sc and mins -dmin * m as gemm_unpack.h has them.
-struct Q4_KGroupSource : GroupBase {
-    static constexpr size_t kBlock = 16 * sizeof(block_q4_K);
-    MINFER_AVX2_TARGET const uint8_t* block(int i, int64_t sb) const {
-        return group(i) + static_cast<size_t>(sb) * kBlock;
-    }
+struct Q4_KGroupSource : GroupBase<16 * sizeof(block_q4_K)> {
     MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
         const int64_t sb = k / 64, j = k % 64 / 8, q = k % 8;  // super-block, group, quad
         const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
@@ -240,23 +247,14 @@ struct Q4_KGroupSource : GroupBase {
 // the first, of the second, high of the first, of the second, with qh bits
 // 2u, 2u + 1 on top); then the int8 scales as 4 dword units, then the 16 d.
 // Values q - 32 (signed), scales d * sc, no mins.
-struct Q6_KGroupSource : GroupBase {
-    static constexpr size_t kBlock = 16 * sizeof(block_q6_K);
-    MINFER_AVX2_TARGET const uint8_t* block(int i, int64_t sb) const {
-        return group(i) + static_cast<size_t>(sb) * kBlock;
-    }
+struct Q6_KGroupSource : GroupBase<16 * sizeof(block_q6_K)> {
     MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
         const int64_t sb = k / 64, r = 4 * (k % 64);  // element r of super-block sb
         const int64_t h = r / 128, u = r % 128 / 32, kk = r % 32 / 4;
         const uint8_t* u3 = block(i, sb) + 192 * (8 * h + kk) + 32 * half(i);
-        const __m256i m4 = _mm256_set1_epi8(0xF);
-        const __m256i ql = load32(u3 + 64 * (u % 2));
-        const __m256i lo =
-            u < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-        const __m256i hi = _mm256_slli_epi32(
-            _mm256_and_si256(srl32(load32(u3 + 128), static_cast<int>(2 * u)), _mm256_set1_epi8(3)),
-            4);
-        return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+        return _mm256_sub_epi8(
+            q6_K_quad(load32(u3 + 64 * (u % 2)), load32(u3 + 128), static_cast<int>(u)),
+            _mm256_set1_epi8(32));
     }
     MINFER_AVX2_TARGET __m256 scale(int i, int64_t g) const {
         const int64_t sb = g / 16, j = g % 16;
@@ -366,16 +364,16 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
 
 #ifdef MINFER_GEMM_AVX2
 namespace {
-// Q6_K's decode kernel by hand: the generic one (group_dot_k) unpacks each
-// quad from its three loads alone, four times the loads and shifts of
-// taking the four quads of a (half, quad) triple at once, as here (and as
-// the AVX-512 kernel). Per 16-element group the exact sum of (q - 32) * a
+// Q6_K's decode kernel by hand: the source's quad() unpacks each quad from
+// its three loads alone, four times the loads and shifts of taking the four
+// quads of a (half, quad) triple at once, as here (and as the AVX-512
+// kernel). Per 16-element group the exact sum of (q - 32) * a
 // (unsigned q against signed a, less 32 * the group's activation sum), then
 // micro_k's float steps in group order: bitwise the GEMM's.
 MINFER_AVX2_TARGET void group_dot_q6_K(int64_t n, const void* group, const void* va, float* out) {
     const auto* y = static_cast<const block_q8_K*>(va);
     const Q6_KGroupSource src{{static_cast<const uint8_t*>(group), 0}};
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t sb = 0; sb < n / QK_K; ++sb) {
         const uint8_t* blk = src.block(0, sb);
@@ -395,23 +393,11 @@ MINFER_AVX2_TARGET void group_dot_q6_K(int64_t n, const void* group, const void*
                     for (int p = 0; p < 2; ++p) {
                         const uint8_t* u3 = blk + 192 * (8 * h + kk) + 32 * p;
                         const __m256i la = load32(u3), lb = load32(u3 + 64), hb = load32(u3 + 128);
-                        const __m256i q[4] = {
-                            _mm256_or_si256(_mm256_and_si256(la, m4),
-                                            _mm256_slli_epi32(_mm256_and_si256(hb, m3), 4)),
-                            _mm256_or_si256(_mm256_and_si256(lb, m4),
-                                            _mm256_slli_epi32(
-                                                _mm256_and_si256(_mm256_srli_epi32(hb, 2), m3), 4)),
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4),
-                                            _mm256_slli_epi32(
-                                                _mm256_and_si256(_mm256_srli_epi32(hb, 4), m3), 4)),
-                            _mm256_or_si256(
-                                _mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
-                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(hb, 6), m3),
-                                                  4))};
                         for (int u = 0; u < 4; ++u) {
                             // pair sums of q (<= 63) x a: at most 2 * 63 * 128
+                            const __m256i q = q6_K_quad(u % 2 ? lb : la, hb, u);
                             const __m256i w =
-                                _mm256_madd_epi16(_mm256_maddubs_epi16(q[u], a[u]), ones);
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(q, a[u]), ones);
                             g[p][u] = kq == 0 ? w : _mm256_add_epi32(g[p][u], w);
                         }
                     }
