@@ -28,9 +28,10 @@ test("type a message, see a streamed reply", async () => {
     // the tiny model writes its 40 tokens in ~20 ms, and on loopback every
     // event would reach the page in one read. ~4 KB/s spreads the ~10 KB of
     // events over a few seconds, as a remote server's would arrive.
-    const cdp = await page.createCDPSession();
-    await cdp.send("Network.emulateNetworkConditions",
-                   { offline: false, latency: 20, downloadThroughput: 4096, uploadThroughput: 65536 });
+    // Through the page's own session, whose Network domain puppeteer has
+    // enabled: sent on a fresh CDP session, the throttle once failed to hold
+    // and the whole reply came in one read (CI, 2026-12-01).
+    await page.emulateNetworkConditions({ latency: 20, download: 4096, upload: 65536 });
     await page.$eval("#max", (e) => { e.value = "40"; });
     await page.$eval("#temp", (e) => { e.value = "0"; });
 
