@@ -154,8 +154,11 @@ void register_all() {
 // One layer's causal attention: n tokens after `depth` cached ones, random
 // q, K and V (f32 or f16 cache); GOP/s counts the score and sum
 // multiply-adds (2 * 2 * head_dim per (token, head, key)).
+// With `cold`, each timed pass starts with K and V out of every cache (a
+// 64 MB buffer is written between passes), as in a decode step, where a
+// layer's weights stream through the caches between its attention calls.
 void run_attn(benchmark::State& state, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n,
-              int64_t depth, tensor::DType kv_type) {
+              int64_t depth, tensor::DType kv_type, bool cold = false) {
     const int64_t n_ctx = depth + n, nq = n_head * hd, kv = n_head_kv * hd;
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -191,7 +194,14 @@ void run_attn(benchmark::State& state, int64_t n_head, int64_t n_head_kv, int64_
     d.k = K.data();
     d.v = V.data();
     ThreadPool pool(bench_threads());
+    std::vector<uint8_t> evict(cold ? size_t{64} << 20 : 0);
     for (auto _ : state) {
+        if (cold) {
+            state.PauseTiming();
+            for (size_t i = 0; i < evict.size(); i += 64) evict[i] = static_cast<uint8_t>(i >> 6);
+            benchmark::ClobberMemory();
+            state.ResumeTiming();
+        }
         cpu::run_node(node, d, pool);
         benchmark::DoNotOptimize(out.data());
     }
@@ -226,6 +236,18 @@ BENCHMARK_CAPTURE(BM_AttnDepth, qwen3, 16, 8, 128)
     ->Arg(512)
     ->Arg(1)
     ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// A decode step at depth 256 or 1024 (args) with K and V cold, Qwen3-0.6B's
+// heads: what a decode token's attention costs inside a whole model.
+void BM_AttnDecodeCold(benchmark::State& state) {
+    run_attn(state, 16, 8, 128, 1, state.range(0), DType::F16, true);
+}
+BENCHMARK(BM_AttnDecodeCold)
+    ->Arg(256)
+    ->Arg(1024)
+    ->Iterations(200)  // each pass also writes 64 MB, untimed
+    ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
 // SwiGLU over one prefill FFN row block (4864 x 64): GB/s of the three streams.

@@ -622,6 +622,113 @@ MINFER_AVX2 void few_rows_scores_avx2(const AttnRows& a, const float* qr, const 
     }
 }
 
+// The AVX-512 level's scores: 16 keys a vector. Row l of a step's 8
+// vectors holds 8 dims of two keys (one per 256-bit half), so that the
+// 8 x 8 transpose of each half and one 128-bit lane shuffle leave dim d0 + i
+// of keys j0 .. j0 + 15 in key order in one vector; per (row, key) the FMA
+// chain is the one above (and the many-rows kernels').
+MINFER_AVX512 inline __m512 load_2x8(bool f16, const void* base, int64_t ia, int64_t ib) {
+    if (f16) {
+        const auto* h = static_cast<const uint16_t*>(base);
+        const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + ia));
+        const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + ib));
+        return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+    }
+    const auto* f = static_cast<const float*>(base);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(f + ia)),
+                              _mm256_loadu_ps(f + ib), 1);
+}
+
+template <int R>
+MINFER_AVX512 void few_rows_scores_avx512(const AttnRows& a, const float* qr, const int32_t* row_kv,
+                                          int64_t n_kv_max, float* st, int64_t sst) {
+    const int64_t hd = a.hd;
+    const __m512 vscale = _mm512_set1_ps(a.scale), ninf = _mm512_set1_ps(-INFINITY);
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int64_t j0 = 0; j0 < n_kv_max; j0 += 16) {
+        prefetch_rows(a, a.k, std::min(j0 + 32, n_kv_max), std::min(j0 + 48, n_kv_max));
+        int64_t e[16];  // rows past n_kv_max repeat the last key (masked below)
+        for (int l = 0; l < 16; ++l) e[l] = kv_elem(a, std::min(j0 + l, n_kv_max - 1));
+        __m512 acc[R];
+        for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+        for (int64_t d0 = 0; d0 < hd; d0 += 8) {
+            // vector l: keys (l, l + 4) for l < 4, (l + 4, l + 8) after
+            __m512i kd[8];
+            for (int l = 0; l < 8; ++l) {
+                const int ka = l < 4 ? l : l + 4;
+                kd[l] = _mm512_castps_si512(load_2x8(a.f16, a.k, e[ka] + d0, e[ka + 4] + d0));
+            }
+            __m512i t[8], u[8];
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = _mm512_unpacklo_epi32(kd[i], kd[i + 1]);
+                t[i + 1] = _mm512_unpackhi_epi32(kd[i], kd[i + 1]);
+            }
+            for (int i = 0; i < 8; i += 4) {
+                u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+                u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+                u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+                u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+            }
+            for (int i = 0; i < 4; ++i) {  // kd[i]: dim d0 + i of the 16 keys
+                kd[i] = _mm512_shuffle_i32x4(u[i], u[i + 4], _MM_SHUFFLE(2, 0, 2, 0));
+                kd[i + 4] = _mm512_shuffle_i32x4(u[i], u[i + 4], _MM_SHUFFLE(3, 1, 3, 1));
+            }
+            for (int i = 0; i < 8; ++i)
+                for (int r = 0; r < R; ++r)
+                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(qr[r * hd + d0 + i]),
+                                             _mm512_castsi512_ps(kd[i]), acc[r]);
+        }
+        const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(j0)));
+        for (int r = 0; r < R; ++r) {
+            const __mmask16 live = _mm512_cmplt_epi32_mask(key, _mm512_set1_epi32(row_kv[r]));
+            _mm512_storeu_ps(st + r * sst + j0,
+                             _mm512_mask_blend_ps(live, ninf, _mm512_mul_ps(acc[r], vscale)));
+        }
+    }
+}
+
+// out_r[c0 * 16 ..] (+)= sum_j p_r[j] v_j over keys [j0, j1), NC 16-float
+// vectors of the head: per output the chain of few_rows_pv_block_avx2.
+template <int NC, int R>
+MINFER_AVX512 void few_rows_pv_block_avx512(const AttnRows& a, const float* p, int64_t sp,
+                                            const int64_t* e, int64_t j0, int64_t j1, int c0,
+                                            float* const* out) {
+    __m512 acc[R][NC];
+    for (int r = 0; r < R; ++r)
+        for (int u = 0; u < NC; ++u)
+            acc[r][u] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out[r] + 16 * (c0 + u));
+    for (int64_t j = j0; j < j1; ++j) {
+        __m512 pj[R];
+        for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[r * sp + j]);
+        for (int u = 0; u < NC; ++u) {
+            const __m512 vv = load16(a.f16, a.v, e[j - j0] + 16 * (c0 + u));
+            for (int r = 0; r < R; ++r) acc[r][u] = _mm512_fmadd_ps(pj[r], vv, acc[r][u]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int u = 0; u < NC; ++u) _mm512_storeu_ps(out[r] + 16 * (c0 + u), acc[r][u]);
+}
+
+template <int R>
+MINFER_AVX512 void few_rows_pv_avx512(const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
+                                      float* const* out) {
+    // As few_rows_pv_avx2, with 32 registers: 8 vectors (a 128-dim head) a
+    // row for 1-2 rows, 4 for 3-4.
+    constexpr int64_t kBlock = 64;
+    constexpr int NC = R <= 2 ? 8 : 4;
+    const int nv = static_cast<int>(a.hd / 16);
+    int64_t e[kBlock];
+    for (int64_t j0 = 0; j0 < n_kv; j0 += kBlock) {
+        const int64_t j1 = std::min(n_kv, j0 + kBlock);
+        prefetch_rows(a, a.v, j1, std::min(n_kv, j1 + kBlock));
+        for (int64_t j = j0; j < j1; ++j) e[j - j0] = kv_elem(a, j);
+        int c0 = 0;
+        for (; c0 + NC <= nv; c0 += NC)
+            few_rows_pv_block_avx512<NC, R>(a, p, sp, e, j0, j1, c0, out);
+        for (; c0 < nv; ++c0) few_rows_pv_block_avx512<1, R>(a, p, sp, e, j0, j1, c0, out);
+    }
+}
+
 // s[j] = exp(s[j] - mx) for j < n (n a multiple of 16), with the exp of
 // the level's many-rows kernel, so the values are bitwise the same.
 MINFER_AVX2 void exp_run_avx2(float* s, int64_t n, float mx) {
@@ -678,8 +785,41 @@ MINFER_AVX2 void few_rows_pv_avx2(const AttnRows& a, const float* p, int64_t sp,
     }
 }
 
-// The kernel for at most kFewRows rows; `wide_exp`: the AVX-512 level's exp.
-MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide_exp) {
+// The level's scores and P V kernels for `rows` (1 .. kFewRows) rows.
+template <int R>
+void few_rows_scores_r(bool wide, const AttnRows& a, const float* qr, const int32_t* row_kv,
+                       int64_t n_kv_max, float* st, int64_t sst) {
+    if (wide)
+        few_rows_scores_avx512<R>(a, qr, row_kv, n_kv_max, st, sst);
+    else
+        few_rows_scores_avx2<R>(a, qr, row_kv, n_kv_max, st, sst);
+}
+void few_rows_scores(bool wide, int rows, const AttnRows& a, const float* qr, const int32_t* row_kv,
+                     int64_t n_kv_max, float* st, int64_t sst) {
+    static_assert(kFewRows == 4);
+    constexpr std::array kFns = {&few_rows_scores_r<1>, &few_rows_scores_r<2>,
+                                 &few_rows_scores_r<3>, &few_rows_scores_r<4>};
+    kFns[static_cast<size_t>(rows - 1)](wide, a, qr, row_kv, n_kv_max, st, sst);
+}
+template <int R>
+void few_rows_pv_r(bool wide, const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
+                   float* const* out) {
+    if (wide)
+        few_rows_pv_avx512<R>(a, p, sp, n_kv, out);
+    else
+        few_rows_pv_avx2<R>(a, p, sp, n_kv, out);
+}
+void few_rows_pv(bool wide, int rows, const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
+                 float* const* out) {
+    constexpr std::array kFns = {&few_rows_pv_r<1>, &few_rows_pv_r<2>, &few_rows_pv_r<3>,
+                                 &few_rows_pv_r<4>};
+    kFns[static_cast<size_t>(rows - 1)](wide, a, p, sp, n_kv, out);
+}
+
+// The kernel for at most kFewRows rows; `wide`: the AVX-512 level (16-key
+// scores, 16-float P V, its exp), else AVX2. Both give the same bits but
+// for the exp, which is the level's many-rows kernel's.
+MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide) {
     const int64_t hd = a.hd;
     const int rows = static_cast<int>(a.n_tokens * a.group);
     MINFER_ASSERT(rows >= 1 && rows <= kFewRows);
@@ -700,26 +840,13 @@ MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide_exp)
             if (a.f16) x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
             qr[r * hd + d] = x;
         }
-    switch (rows) {
-        case 1:
-            few_rows_scores_avx2<1>(a, qr, row_kv, n_kv_max, st, sst);
-            break;
-        case 2:
-            few_rows_scores_avx2<2>(a, qr, row_kv, n_kv_max, st, sst);
-            break;
-        case 3:
-            few_rows_scores_avx2<3>(a, qr, row_kv, n_kv_max, st, sst);
-            break;
-        default:
-            few_rows_scores_avx2<4>(a, qr, row_kv, n_kv_max, st, sst);
-            break;
-    }
+    few_rows_scores(wide, rows, a, qr, row_kv, n_kv_max, st, sst);
     for (int r = 0; r < rows; ++r) {
         float* s = st + r * sst;
         std::fill(s + (n_kv_max + 7) / 8 * 8, s + sst, -INFINITY);
         float mx = -INFINITY;
         for (int64_t j = 0; j < n_kv_max; ++j) mx = std::max(mx, s[j]);
-        if (wide_exp)
+        if (wide)
             exp_run_avx512(s, sst, mx);
         else
             exp_run_avx2(s, sst, mx);
@@ -739,20 +866,7 @@ MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide_exp)
     float* outs[kFewRows];
     for (int r = 0; r < rows; ++r)
         outs[r] = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
-    switch (rows) {
-        case 1:
-            few_rows_pv_avx2<1>(a, st, sst, n_kv_max, outs);
-            break;
-        case 2:
-            few_rows_pv_avx2<2>(a, st, sst, n_kv_max, outs);
-            break;
-        case 3:
-            few_rows_pv_avx2<3>(a, st, sst, n_kv_max, outs);
-            break;
-        default:
-            few_rows_pv_avx2<4>(a, st, sst, n_kv_max, outs);
-            break;
-    }
+    few_rows_pv(wide, rows, a, st, sst, n_kv_max, outs);
 }
 
 }  // namespace
