@@ -709,26 +709,6 @@ MINFER_AVX512 void few_rows_pv_block_avx512(const AttnRows& a, const float* p, i
         for (int u = 0; u < NC; ++u) _mm512_storeu_ps(out[r] + 16 * (c0 + u), acc[r][u]);
 }
 
-template <int R>
-MINFER_AVX512 void few_rows_pv_avx512(const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
-                                      float* const* out) {
-    // As few_rows_pv_avx2, with 32 registers: 8 vectors (a 128-dim head) a
-    // row for 1-2 rows, 4 for 3-4.
-    constexpr int64_t kBlock = 64;
-    constexpr int NC = R <= 2 ? 8 : 4;
-    const int nv = static_cast<int>(a.hd / 16);
-    int64_t e[kBlock];
-    for (int64_t j0 = 0; j0 < n_kv; j0 += kBlock) {
-        const int64_t j1 = std::min(n_kv, j0 + kBlock);
-        prefetch_rows(a, a.v, j1, std::min(n_kv, j1 + kBlock));
-        for (int64_t j = j0; j < j1; ++j) e[j - j0] = kv_elem(a, j);
-        int c0 = 0;
-        for (; c0 + NC <= nv; c0 += NC)
-            few_rows_pv_block_avx512<NC, R>(a, p, sp, e, j0, j1, c0, out);
-        for (; c0 < nv; ++c0) few_rows_pv_block_avx512<1, R>(a, p, sp, e, j0, j1, c0, out);
-    }
-}
-
 // s[j] = exp(s[j] - mx) for j < n (n a multiple of 16), with the exp of
 // the level's many-rows kernel, so the values are bitwise the same.
 MINFER_AVX2 void exp_run_avx2(float* s, int64_t n, float mx) {
@@ -765,23 +745,22 @@ MINFER_AVX2 void few_rows_pv_block_avx2(const AttnRows& a, const float* p, int64
         for (int u = 0; u < NC; ++u) _mm256_storeu_ps(out[r] + 8 * (c0 + u), acc[r][u]);
 }
 
-template <int R>
-MINFER_AVX2 void few_rows_pv_avx2(const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
-                                  float* const* out) {
-    // Key blocks of 64: a block's V rows (16-32 KB of one head) stay in L1
-    // while the column chunks pass over them; 4 accumulators a row for 1-2
-    // rows, 2 for 3-4 (16 registers).
+// P V for all rows over keys [0, n_kv): key blocks of 64, so a block's V
+// rows (16-32 KB of one head) stay in L1 while the column chunks of NC
+// vectors of kLanes floats pass over them (Block: NC vectors, One: one).
+template <int NC, int64_t kLanes, auto Block, auto One>
+void few_rows_pv_run(const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
+                     float* const* out) {
     constexpr int64_t kBlock = 64;
-    constexpr int NC = R <= 2 ? 4 : 2;
-    const int nv = static_cast<int>(a.hd / 8);
+    const int nv = static_cast<int>(a.hd / kLanes);
     int64_t e[kBlock];
     for (int64_t j0 = 0; j0 < n_kv; j0 += kBlock) {
         const int64_t j1 = std::min(n_kv, j0 + kBlock);
         prefetch_rows(a, a.v, j1, std::min(n_kv, j1 + kBlock));
         for (int64_t j = j0; j < j1; ++j) e[j - j0] = kv_elem(a, j);
         int c0 = 0;
-        for (; c0 + NC <= nv; c0 += NC) few_rows_pv_block_avx2<NC, R>(a, p, sp, e, j0, j1, c0, out);
-        for (; c0 < nv; ++c0) few_rows_pv_block_avx2<1, R>(a, p, sp, e, j0, j1, c0, out);
+        for (; c0 + NC <= nv; c0 += NC) Block(a, p, sp, e, j0, j1, c0, out);
+        for (; c0 < nv; ++c0) One(a, p, sp, e, j0, j1, c0, out);
     }
 }
 
@@ -804,10 +783,17 @@ void few_rows_scores(bool wide, int rows, const AttnRows& a, const float* qr, co
 template <int R>
 void few_rows_pv_r(bool wide, const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
                    float* const* out) {
-    if (wide)
-        few_rows_pv_avx512<R>(a, p, sp, n_kv, out);
-    else
-        few_rows_pv_avx2<R>(a, p, sp, n_kv, out);
+    // Accumulators a row: AVX-512 (32 registers) 8 vectors (a 128-dim head)
+    // for 1-2 rows, 4 for 3-4; AVX2 (16 registers) 4 and 2.
+    if (wide) {
+        constexpr int NC = R <= 2 ? 8 : 4;
+        few_rows_pv_run<NC, 16, &few_rows_pv_block_avx512<NC, R>, &few_rows_pv_block_avx512<1, R>>(
+            a, p, sp, n_kv, out);
+    } else {
+        constexpr int NC = R <= 2 ? 4 : 2;
+        few_rows_pv_run<NC, 8, &few_rows_pv_block_avx2<NC, R>, &few_rows_pv_block_avx2<1, R>>(
+            a, p, sp, n_kv, out);
+    }
 }
 void few_rows_pv(bool wide, int rows, const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
                  float* const* out) {
