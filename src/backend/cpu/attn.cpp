@@ -579,15 +579,18 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
 // ---- few query rows (a decode token): keys in the lanes ----
 // A decode token brings `group` rows (2 for qwen3), which would fill 2 of
 // the 8 or 16 lanes of the many-rows kernels and make them convert and
-// copy the whole K/V run for a few FMAs per key. Here 8 keys share a
-// vector instead: an 8 x 8 block (8 keys, 8 dims) is loaded straight from
-// the cache, converted and transposed in registers, and each row's scores
+// copy the whole K/V run for a few FMAs per key. Here 8 keys (16 at
+// AVX-512) share a vector instead: an 8 x 8 block (8 keys, 8 dims) is
+// loaded straight from the cache, converted and transposed in registers
+// (two such blocks at AVX-512, see load_2x8), and each row's scores
 // take one FMA per dim: per (row, key) the same FMA chain as the many-rows
 // kernels (d ascending from zero, then times scale), the same softmax sums
 // (each 16 keys in float in key order, then in double) and the same P V
 // chain per output (keys ascending from zero). So a token's output is
 // bitwise the same whichever kernel its pass picks (batch invariance).
-constexpr int64_t kFewRows = 4;
+// At most kFewRows rows at the AVX2 level (16 registers), kFewRowsWide at
+// AVX-512 (32 registers; Qwen2.5's 7-head groups fit).
+constexpr int64_t kFewRows = 4, kFewRowsWide = 8;
 
 // st[r][j] (row stride sst) = q_r . k_j * scale for keys [0, n_kv_pad8),
 // -inf past row r's key count; qr [rows][hd] already f16-rounded as needed.
@@ -764,53 +767,53 @@ void few_rows_pv_run(const AttnRows& a, const float* p, int64_t sp, int64_t n_kv
     }
 }
 
-// The level's scores and P V kernels for `rows` (1 .. kFewRows) rows.
+// The level's scores and P V kernels for `rows` rows (1 .. kFewRows, or
+// kFewRowsWide at AVX-512).
 template <int R>
 void few_rows_scores_r(bool wide, const AttnRows& a, const float* qr, const int32_t* row_kv,
                        int64_t n_kv_max, float* st, int64_t sst) {
-    if (wide)
-        few_rows_scores_avx512<R>(a, qr, row_kv, n_kv_max, st, sst);
-    else
-        few_rows_scores_avx2<R>(a, qr, row_kv, n_kv_max, st, sst);
-}
-void few_rows_scores(bool wide, int rows, const AttnRows& a, const float* qr, const int32_t* row_kv,
-                     int64_t n_kv_max, float* st, int64_t sst) {
-    static_assert(kFewRows == 4);
-    constexpr std::array kFns = {&few_rows_scores_r<1>, &few_rows_scores_r<2>,
-                                 &few_rows_scores_r<3>, &few_rows_scores_r<4>};
-    kFns[static_cast<size_t>(rows - 1)](wide, a, qr, row_kv, n_kv_max, st, sst);
+    if constexpr (R <= kFewRows)
+        if (!wide) return few_rows_scores_avx2<R>(a, qr, row_kv, n_kv_max, st, sst);
+    MINFER_ASSERT(wide);
+    few_rows_scores_avx512<R>(a, qr, row_kv, n_kv_max, st, sst);
 }
 template <int R>
 void few_rows_pv_r(bool wide, const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
                    float* const* out) {
-    // Accumulators a row: AVX-512 (32 registers) 8 vectors (a 128-dim head)
-    // for 1-2 rows, 4 for 3-4; AVX2 (16 registers) 4 and 2.
-    if (wide) {
-        constexpr int NC = R <= 2 ? 8 : 4;
-        few_rows_pv_run<NC, 16, &few_rows_pv_block_avx512<NC, R>, &few_rows_pv_block_avx512<1, R>>(
-            a, p, sp, n_kv, out);
-    } else {
+    // Accumulators a row: AVX2 (16 registers) 4 vectors for 1-2 rows, 2 for
+    // 3-4; AVX-512 (32) 8 (a 128-dim head), 4 and 2 for 1-2, 3-4, 5-8 rows.
+    if constexpr (R <= kFewRows) {
         constexpr int NC = R <= 2 ? 4 : 2;
-        few_rows_pv_run<NC, 8, &few_rows_pv_block_avx2<NC, R>, &few_rows_pv_block_avx2<1, R>>(
-            a, p, sp, n_kv, out);
+        if (!wide)
+            return few_rows_pv_run<NC, 8, &few_rows_pv_block_avx2<NC, R>,
+                                   &few_rows_pv_block_avx2<1, R>>(a, p, sp, n_kv, out);
     }
+    MINFER_ASSERT(wide);
+    constexpr int NC = R <= 2 ? 8 : R <= 4 ? 4 : 2;
+    few_rows_pv_run<NC, 16, &few_rows_pv_block_avx512<NC, R>, &few_rows_pv_block_avx512<1, R>>(
+        a, p, sp, n_kv, out);
 }
-void few_rows_pv(bool wide, int rows, const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
-                 float* const* out) {
-    constexpr std::array kFns = {&few_rows_pv_r<1>, &few_rows_pv_r<2>, &few_rows_pv_r<3>,
-                                 &few_rows_pv_r<4>};
-    kFns[static_cast<size_t>(rows - 1)](wide, a, p, sp, n_kv, out);
+template <int... Rs>
+constexpr auto few_scores_table(std::integer_sequence<int, Rs...>) {
+    return std::array{&few_rows_scores_r<Rs + 1>...};
 }
+template <int... Rs>
+constexpr auto few_pv_table(std::integer_sequence<int, Rs...>) {
+    return std::array{&few_rows_pv_r<Rs + 1>...};
+}
+constexpr auto kFewScores = few_scores_table(std::make_integer_sequence<int, kFewRowsWide>{});
+constexpr auto kFewPv = few_pv_table(std::make_integer_sequence<int, kFewRowsWide>{});
 
-// The kernel for at most kFewRows rows; `wide`: the AVX-512 level (16-key
+// The kernel for at most kFewRows rows (kFewRowsWide when `wide`);
+// `wide`: the AVX-512 level (16-key
 // scores, 16-float P V, its exp), else AVX2. Both give the same bits but
 // for the exp, which is the level's many-rows kernel's.
 MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide) {
     const int64_t hd = a.hd;
     const int rows = static_cast<int>(a.n_tokens * a.group);
-    MINFER_ASSERT(rows >= 1 && rows <= kFewRows);
+    MINFER_ASSERT(rows >= 1 && rows <= (wide ? kFewRowsWide : kFewRows));
     int64_t n_kv_max = 0;
-    int32_t row_kv[kFewRows];
+    int32_t row_kv[kFewRowsWide];
     for (int r = 0; r < rows; ++r) {
         row_kv[r] = a.n_kv[r / a.group];
         n_kv_max = std::max<int64_t>(n_kv_max, row_kv[r]);
@@ -826,7 +829,7 @@ MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide) {
             if (a.f16) x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
             qr[r * hd + d] = x;
         }
-    few_rows_scores(wide, rows, a, qr, row_kv, n_kv_max, st, sst);
+    kFewScores[static_cast<size_t>(rows - 1)](wide, a, qr, row_kv, n_kv_max, st, sst);
     for (int r = 0; r < rows; ++r) {
         float* s = st + r * sst;
         std::fill(s + (n_kv_max + 7) / 8 * 8, s + sst, -INFINITY);
@@ -849,10 +852,10 @@ MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide) {
             _mm256_storeu_ps(s + j, p);
         }
     }
-    float* outs[kFewRows];
+    float* outs[kFewRowsWide];
     for (int r = 0; r < rows; ++r)
         outs[r] = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
-    few_rows_pv(wide, rows, a, st, sst, n_kv_max, outs);
+    kFewPv[static_cast<size_t>(rows - 1)](wide, a, st, sst, n_kv_max, outs);
 }
 
 }  // namespace
@@ -874,7 +877,7 @@ void attn_head_simd(bool f16, const float* q, const void* k, const void* v, int6
 void attn_rows_simd(const AttnRows& a, float* scratch) {
     MINFER_ASSERT(a.n_tokens * a.group <= kMaxRows);
     const bool avx512 = isa_at_least(IsaLevel::Avx512) && has_avx512();
-    if (a.n_tokens * a.group <= kFewRows)
+    if (a.n_tokens * a.group <= (avx512 ? kFewRowsWide : kFewRows))
         attn_few_rows(a, scratch, avx512);
     else if (avx512)
         attn_rows_avx512(a, scratch);
