@@ -804,10 +804,10 @@ constexpr auto few_pv_table(std::integer_sequence<int, Rs...>) {
 constexpr auto kFewScores = few_scores_table(std::make_integer_sequence<int, kFewRowsWide>{});
 constexpr auto kFewPv = few_pv_table(std::make_integer_sequence<int, kFewRowsWide>{});
 
-// The kernel for at most kFewRows rows (kFewRowsWide when `wide`);
-// `wide`: the AVX-512 level (16-key
-// scores, 16-float P V, its exp), else AVX2. Both give the same bits but
-// for the exp, which is the level's many-rows kernel's.
+// The kernel for at most kFewRows rows (kFewRowsWide when `wide`).
+// `wide`: the AVX-512 level (16-key scores, 16-float P V, its exp), else
+// AVX2. Both give the same bits but for the exp, which is the level's
+// many-rows kernel's.
 MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide) {
     const int64_t hd = a.hd;
     const int rows = static_cast<int>(a.n_tokens * a.group);
