@@ -1285,7 +1285,8 @@ TEST(CpuAttn, ATokenAloneIsBitwiseItsRowsInAChunk) {
     // (the many-rows kernel, causal masks inside a vector): the outputs must
     // be bitwise equal, so a sequence's result does not depend on how its
     // prompt was chunked or what shares its pass. GQA 1:1, 2:1, 4:1 (few
-    // rows alone) and 7:1 (many rows both ways); key counts 24..44, not
+    // rows alone) and 7:1 (few rows alone at AVX-512, many rows both ways
+    // at AVX2); key counts 24..44, not
     // multiples of 8 or 16, and for Qwen3-0.6B's heads (16 / 8, 128) also
     // 169..189 (several key blocks of the few-rows P V, which reloads its
     // sums between blocks).
