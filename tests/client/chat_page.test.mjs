@@ -4,13 +4,52 @@
 // usage: MINFER_ORIGIN=http://127.0.0.1:PORT CHROMIUM=/usr/bin/chromium node chat_page.test.mjs
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import http from "node:http";
 import puppeteer from "puppeteer-core";
 
 const origin = process.env.MINFER_ORIGIN;
 const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
 assert.ok(origin, "set MINFER_ORIGIN (http://127.0.0.1:PORT)");
 
+// A slow network between the page and the server, so the reply is seen to
+// grow however fast the model is: the tiny model writes its 40 tokens in
+// ~20 ms, and on loopback every event would reach the page in one read.
+// This proxy forwards each request to the server and sends a streamed
+// reply's events (the text up to each blank line) 30 ms apart, as a remote
+// server's would arrive. (Chromium's network emulation was tried first; twice
+// in CI it let the whole reply through in one read.)
+function pacedProxy(upstream, gapMs) {
+  const server = http.createServer((req, res) => {
+    const fwd = http.request(upstream + req.url, { method: req.method, headers: req.headers }, (up) => {
+      res.writeHead(up.statusCode, up.headers);
+      if (!String(up.headers["content-type"] || "").startsWith("text/event-stream")) {
+        up.pipe(res);
+        return;
+      }
+      let buf = "", queue = Promise.resolve();
+      const later = (text) => {
+        queue = queue.then(() => new Promise((ok) => setTimeout(() => { res.write(text); ok(); }, gapMs)));
+      };
+      up.setEncoding("utf8");
+      up.on("data", (s) => {
+        buf += s;
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          later(buf.slice(0, cut + 2));
+          buf = buf.slice(cut + 2);
+        }
+      });
+      up.on("end", () => { queue = queue.then(() => res.end(buf)); });
+    });
+    fwd.on("error", (e) => { res.writeHead(502); res.end(String(e)); });
+    req.pipe(fwd);
+  });
+  return new Promise((ok) => server.listen(0, "127.0.0.1", () => ok(server)));
+}
+
 test("type a message, see a streamed reply", async () => {
+  const proxy = await pacedProxy(origin, 30);
+  const pageOrigin = `http://127.0.0.1:${proxy.address().port}`;
   const browser = await puppeteer.launch({
     executablePath, headless: true,
     args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -21,17 +60,9 @@ test("type a message, see a streamed reply", async () => {
     const errors = [], elsewhere = [];
     page.on("pageerror", (e) => errors.push(String(e)));
     page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
-    page.on("request", (r) => { if (!r.url().startsWith(origin)) elsewhere.push(r.url()); });
-    await page.goto(origin + "/", { waitUntil: "networkidle0" });
+    page.on("request", (r) => { if (!r.url().startsWith(pageOrigin)) elsewhere.push(r.url()); });
+    await page.goto(pageOrigin + "/", { waitUntil: "networkidle0" });
     await page.waitForFunction(() => document.getElementById("model").textContent.includes("kjv"));
-    // A slow network, so the reply is seen to grow however fast the model is:
-    // the tiny model writes its 40 tokens in ~20 ms, and on loopback every
-    // event would reach the page in one read. ~4 KB/s spreads the ~10 KB of
-    // events over a few seconds, as a remote server's would arrive.
-    // Through the page's own session, whose Network domain puppeteer has
-    // enabled: sent on a fresh CDP session, the throttle once failed to hold
-    // and the whole reply came in one read (CI, 2026-12-01).
-    await page.emulateNetworkConditions({ latency: 20, download: 4096, upload: 65536 });
     await page.$eval("#max", (e) => { e.value = "40"; });
     await page.$eval("#temp", (e) => { e.value = "0"; });
 
@@ -70,5 +101,7 @@ test("type a message, see a streamed reply", async () => {
     assert.equal(reply, j.choices[0].message.content);
   } finally {
     await browser.close();
+    proxy.closeAllConnections();
+    proxy.close();
   }
 });
