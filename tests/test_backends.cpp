@@ -35,6 +35,21 @@ TEST(Backends, host_pool_recycles_exact_sizes_zeroed_and_aligned) {
     EXPECT_EQ(st.recycled, 1u);
 }
 
+// The KV pools and the activation arena are this large: they start on a
+// 2 MiB boundary, so the whole buffer can be backed by transparent huge
+// pages (which the kernel may still refuse: that is not observable here).
+TEST(Backends, host_pool_large_buffers_start_on_a_huge_page) {
+    HostPool pool;
+    for (size_t bytes : {HostPool::kHugeMin, HostPool::kHugeMin + 4096 + 3}) {
+        const BufferId id = pool.allocate(bytes);
+        const uint8_t* p = pool.resolve(BufRef{0, id, 0, bytes});
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % HostPool::kHugePage, 0u) << bytes;
+        EXPECT_EQ(p[bytes - 1], 0);  // zeroed to the last byte
+        pool.release(id);            // freed with the alignment it was allocated with
+    }
+    EXPECT_EQ(pool.stats().bytes, 0u);
+}
+
 TEST(Backends, host_access_is_bounded_by_the_window) {
     CpuBackend cpu(1);
     const BufferId id = cpu.allocate(64);

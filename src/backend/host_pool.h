@@ -1,8 +1,9 @@
 // A pool of host buffers shared by the CPU and the queue backends: stable
 // ids, memory that never moves while its id is held (a queue records raw
-// pointers), 64-byte alignment for SIMD rows, exact-size free-list
-// recycling, and release() to give a buffer's memory back to the system
-// (the shared activation arena when it grows).
+// pointers), 64-byte alignment for SIMD rows (2 MiB and transparent huge
+// pages for large buffers), exact-size free-list recycling, and release()
+// to give a buffer's memory back to the system (the shared activation
+// arena when it grows).
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,9 @@ namespace minfer::backend {
 class HostPool {
   public:
     static constexpr size_t kAlign = 64;
+    // Buffers of at least kHugeMin bytes (the KV pools, the activation
+    // arena) start on a 2 MiB boundary and ask for transparent huge pages.
+    static constexpr size_t kHugePage = size_t{2} << 20, kHugeMin = size_t{8} << 20;
 
     // A free buffer of exactly `bytes` (zeroed, so stale data cannot leak)
     // or a new zeroed one.
@@ -44,10 +48,11 @@ class HostPool {
 
   private:
     struct AlignedDelete {
+        size_t align;  // as allocated
         void operator()(uint8_t* p) const;
     };
     struct Buf {
-        std::unique_ptr<uint8_t[], AlignedDelete> mem;  // [bytes], 64-byte aligned
+        std::unique_ptr<uint8_t[], AlignedDelete> mem;  // [bytes], 64-byte aligned at least
         size_t bytes = 0;
         bool free = false;
         bool released = false;  // memory returned by release(); the id is dead
