@@ -1280,13 +1280,13 @@ TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
 }
 
 TEST(CpuAttn, ATokenAloneIsBitwiseItsRowsInAChunk) {
-    // A decode token (1 token: `group` rows; up to 4 rows take the keys-in-
-    // lanes kernel) against the same token inside a 21-token prompt chunk
-    // (the many-rows kernel, causal masks inside a vector): the outputs must
-    // be bitwise equal, so a sequence's result does not depend on how its
-    // prompt was chunked or what shares its pass. GQA 1:1, 2:1, 4:1 (few
-    // rows alone) and 7:1 (few rows alone at AVX-512, many rows both ways
-    // at AVX2); key counts 24..44, not
+    // A decode token (1 token: `group` rows; up to 4 rows at AVX2, 8 at
+    // AVX-512 take the keys-in-lanes kernel) against the same token inside
+    // a 21-token prompt chunk (the many-rows kernel, causal masks inside a
+    // vector): the outputs must be bitwise equal, so a sequence's result
+    // does not depend on how its prompt was chunked or what shares its
+    // pass. GQA 1:1, 2:1, 4:1 (few rows alone) and 7:1 (few rows alone at
+    // AVX-512, many rows both ways at AVX2); key counts 24..44, not
     // multiples of 8 or 16, and for Qwen3-0.6B's heads (16 / 8, 128) also
     // 169..189 (several key blocks of the few-rows P V, which reloads its
     // sums between blocks).
