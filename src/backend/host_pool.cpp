@@ -1,6 +1,5 @@
 #include "backend/host_pool.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <string>
 
 #include "util/error.h"
+#include "util/huge_pages.h"
 #include "util/out_of_memory.h"
 
 namespace minfer::backend {
@@ -44,12 +44,10 @@ BufferId HostPool::create(size_t bytes) {
     const size_t align = cap >= kHugeMin ? kHugePage : kAlign;
     auto* raw = static_cast<uint8_t*>(::operator new[](cap, std::align_val_t{align}, std::nothrow));
     if (!raw) throw OutOfMemory(cap, "a host buffer");
-#ifdef MADV_HUGEPAGE
     // Attention walks a KV pool at a stride of a cell (kilobytes), touching
     // a new 4 KiB page every cell or two; in 2 MiB pages the walk's
-    // translations stay in the TLB. Advice: without it, 4 KiB pages.
-    if (align == kHugePage) ::madvise(raw, cap, MADV_HUGEPAGE);
-#endif
+    // translations stay in the TLB.
+    if (align == kHugePage) advise_huge_pages(raw, cap);
     std::memset(raw, 0, cap);  // faults the pages in (huge ones where granted)
     Buf b;
     b.mem = std::unique_ptr<uint8_t[], AlignedDelete>(raw, AlignedDelete{align});

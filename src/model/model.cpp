@@ -10,6 +10,7 @@
 
 #include "tensor/interleave.h"
 #include "util/error.h"
+#include "util/huge_pages.h"
 
 namespace minfer::model {
 
@@ -218,13 +219,9 @@ size_t Model::interleave_weights(const std::function<bool(tensor::DType)>& keep)
         throw Error("out of memory: " + std::to_string(total >> 20) +
                     " MiB for the weights regrouped out of '" + file.path() + "'");
     arenas_.emplace_back(static_cast<uint8_t*>(p), total);
-#ifdef MADV_HUGEPAGE
     // Each generated token streams every weight once: in 2 MiB pages that
-    // is ~500 TLB misses a token instead of ~250,000 (for 1 GB), where
-    // transparent huge pages are on request only (the default "madvise").
-    // Advice: without huge pages the weights are simply in 4 KiB pages.
-    ::madvise(p, total, MADV_HUGEPAGE);
-#endif
+    // is ~500 TLB misses a token instead of ~250,000 (for 1 GB).
+    advise_huge_pages(p, total);
     auto* at = static_cast<uint8_t*>(p);
     size_t done = 0;
     // In pieces of about 8 MiB, each piece's file pages released as soon as

@@ -793,16 +793,16 @@ void few_rows_pv_r(bool wide, const AttnRows& a, const float* p, int64_t sp, int
     few_rows_pv_run<NC, 16, &few_rows_pv_block_avx512<NC, R>, &few_rows_pv_block_avx512<1, R>>(
         a, p, sp, n_kv, out);
 }
+// Both kernels for each row count, kFewRowsKernels[rows - 1].
+struct FewRowsKernels {
+    decltype(&few_rows_scores_r<1>) scores;
+    decltype(&few_rows_pv_r<1>) pv;
+};
 template <int... Rs>
-constexpr auto few_scores_table(std::integer_sequence<int, Rs...>) {
-    return std::array{&few_rows_scores_r<Rs + 1>...};
+constexpr auto few_rows_table(std::integer_sequence<int, Rs...>) {
+    return std::array{FewRowsKernels{&few_rows_scores_r<Rs + 1>, &few_rows_pv_r<Rs + 1>}...};
 }
-template <int... Rs>
-constexpr auto few_pv_table(std::integer_sequence<int, Rs...>) {
-    return std::array{&few_rows_pv_r<Rs + 1>...};
-}
-constexpr auto kFewScores = few_scores_table(std::make_integer_sequence<int, kFewRowsWide>{});
-constexpr auto kFewPv = few_pv_table(std::make_integer_sequence<int, kFewRowsWide>{});
+constexpr auto kFewRowsKernels = few_rows_table(std::make_integer_sequence<int, kFewRowsWide>{});
 
 // The kernel for at most kFewRows rows (kFewRowsWide when `wide`).
 // `wide`: the AVX-512 level (16-key scores, 16-float P V, its exp), else
@@ -829,7 +829,7 @@ MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide) {
             if (a.f16) x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
             qr[r * hd + d] = x;
         }
-    kFewScores[static_cast<size_t>(rows - 1)](wide, a, qr, row_kv, n_kv_max, st, sst);
+    kFewRowsKernels[static_cast<size_t>(rows - 1)].scores(wide, a, qr, row_kv, n_kv_max, st, sst);
     for (int r = 0; r < rows; ++r) {
         float* s = st + r * sst;
         std::fill(s + (n_kv_max + 7) / 8 * 8, s + sst, -INFINITY);
@@ -855,7 +855,7 @@ MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide) {
     float* outs[kFewRowsWide];
     for (int r = 0; r < rows; ++r)
         outs[r] = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
-    kFewPv[static_cast<size_t>(rows - 1)](wide, a, st, sst, n_kv_max, outs);
+    kFewRowsKernels[static_cast<size_t>(rows - 1)].pv(wide, a, st, sst, n_kv_max, outs);
 }
 
 }  // namespace
