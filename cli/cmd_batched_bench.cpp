@@ -48,8 +48,10 @@ struct Row {
 };
 
 // B sequences, each one shared prefix of n_prefix tokens plus n_own of its
-// own, run one after another (each alone in the engine): the prefill time
-// of each (submit to first token), its cached tokens, and the KV pages they
+// own, submitted one after another (each once the one before has its first
+// token; the earlier ones keep decoding, so a newcomer's prompt shares its
+// passes with their decode tokens, as under a server): the prefill time of
+// each (submit to first token), its cached tokens, and the KV pages they
 // hold together against B unshared copies.
 int shared_prefix_measure(runtime::Engine& engine, const model::Model& model, int64_t n_prefix,
                           int64_t n_own, int64_t n_seqs, uint64_t seed) {

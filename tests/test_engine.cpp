@@ -375,6 +375,59 @@ TEST(Engine, SharedPrefixPagesAreComputedOnce) {
     }
 }
 
+// A prompt joining running decodes: padding its pass by a few tokens beats
+// cutting them off into passes of their own (each pass streams all the
+// weights), while padding by many is still cut. Passes counted from the
+// submit to the prompt's first token; the logits are still bitwise its
+// own, alone.
+TEST(Engine, PromptJoiningDecodesIsPaddedByAFewTokensNotCut) {
+    const model::Model& m = tiny();
+    std::mt19937 rng(9);
+    const auto n_vocab = static_cast<int32_t>(m.hp.n_vocab);
+    runtime::Engine e(m, small_options(4096, 512, 4));
+    Recorder rec;
+    rec.attach(e);
+    runtime::GenParams running;
+    running.prompt = random_tokens(rng, 20, n_vocab);
+    running.n_predict = -1;
+    running.sampling.temp = 0.0f;
+    const runtime::RequestId first = e.submit(running, {});
+    while (e.stats().steps < 2) e.step();  // its prompt, then a decode step
+    auto passes_to_first_token = [&](const std::vector<int32_t>& prompt) {
+        runtime::GenParams gp;
+        gp.prompt = prompt;
+        gp.n_predict = 1;
+        gp.sampling.temp = 0.0f;
+        bool got = false;
+        runtime::RequestCallbacks cb;
+        cb.on_token = [&got](const runtime::TokenEvent&) { return got = true; };
+        const int64_t before = e.stats().steps;
+        const runtime::RequestId id = e.submit(gp, cb);
+        while (!got) e.step();
+        return std::make_pair(id, e.stats().steps - before);
+    };
+    // 40 + 1 decode token: padded to 48, one pass (cut to the bucket below,
+    // it took passes of 32, 8, 2 and 2).
+    const std::vector<int32_t> p40 = random_tokens(rng, 40, n_vocab);
+    const auto [id40, passes40] = passes_to_first_token(p40);
+    EXPECT_EQ(passes40, 1);
+    // 140 + 1: 192 would pad 51 tokens, so 127 prompt tokens go now (128)
+    // and 13 in the next pass (14, padded to 16).
+    const std::vector<int32_t> p140 = random_tokens(rng, 140, n_vocab);
+    const auto [id140, passes140] = passes_to_first_token(p140);
+    EXPECT_EQ(passes140, 2);
+    for (const auto& [id, p] : {std::make_pair(id40, p40), std::make_pair(id140, p140)}) {
+        const auto& row = rec.rows.at({id, 0, static_cast<int64_t>(p.size()) - 1});
+        const std::vector<float> ref = alone(m, p, 512, tensor::DType::F32);
+        ASSERT_EQ(0, std::memcmp(row.data(), ref.data() + (p.size() - 1) * n_vocab,
+                                 static_cast<size_t>(n_vocab) * 4))
+            << p.size();
+    }
+    e.cancel(first);
+    while (!e.idle()) e.step();
+    e.impl().check_pages();
+}
+
 TEST(Engine, CancelFreesPagesAtOnce) {
     runtime::Engine e(tiny(), small_options(512, 64, 4));
     runtime::GenParams gp;
