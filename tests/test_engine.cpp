@@ -91,6 +91,20 @@ struct Recorder {
     }
 };
 
+// True when the logits `rec` recorded for the last prompt token of request
+// `id` (sample 0) are bitwise the prompt's own, alone in a session.
+::testing::AssertionResult prompt_row_is_alone(const Recorder& rec, const model::Model& m,
+                                               runtime::RequestId id,
+                                               const std::vector<int32_t>& prompt) {
+    const auto n_vocab = static_cast<size_t>(m.hp.n_vocab);
+    const auto& row = rec.rows.at({id, 0, static_cast<int64_t>(prompt.size()) - 1});
+    const std::vector<float> ref = alone(m, prompt, 512, tensor::DType::F32);
+    if (std::memcmp(row.data(), ref.data() + (prompt.size() - 1) * n_vocab, n_vocab * 4) == 0)
+        return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "request " << id << " (" << prompt.size()
+                                         << " prompt tokens): its last row differs from alone";
+}
+
 }  // namespace
 
 TEST(KvPages, TakeShareCacheEvict) {
@@ -366,13 +380,7 @@ TEST(Engine, SharedPrefixPagesAreComputedOnce) {
     EXPECT_EQ(st.prefix_hit_tokens, 15 * 6 * 32);
     EXPECT_EQ(st.pages_used, 0);
     EXPECT_GE(st.pages_cached, 6);
-    for (int i = 0; i < 16; ++i) {
-        const auto& row = rec.rows.at({i + 1, 0, static_cast<int64_t>(prompts[i].size()) - 1});
-        const std::vector<float> ref = alone(m, prompts[i], 512, tensor::DType::F32);
-        ASSERT_EQ(0, std::memcmp(row.data(), ref.data() + (prompts[i].size() - 1) * n_vocab,
-                                 static_cast<size_t>(n_vocab) * 4))
-            << i;
-    }
+    for (int i = 0; i < 16; ++i) ASSERT_TRUE(prompt_row_is_alone(rec, m, i + 1, prompts[i]));
 }
 
 // A prompt joining running decodes: padding its pass by a few tokens beats
@@ -416,13 +424,8 @@ TEST(Engine, PromptJoiningDecodesIsPaddedByAFewTokensNotCut) {
     const std::vector<int32_t> p140 = random_tokens(rng, 140, n_vocab);
     const auto [id140, passes140] = passes_to_first_token(p140);
     EXPECT_EQ(passes140, 2);
-    for (const auto& [id, p] : {std::make_pair(id40, p40), std::make_pair(id140, p140)}) {
-        const auto& row = rec.rows.at({id, 0, static_cast<int64_t>(p.size()) - 1});
-        const std::vector<float> ref = alone(m, p, 512, tensor::DType::F32);
-        ASSERT_EQ(0, std::memcmp(row.data(), ref.data() + (p.size() - 1) * n_vocab,
-                                 static_cast<size_t>(n_vocab) * 4))
-            << p.size();
-    }
+    EXPECT_TRUE(prompt_row_is_alone(rec, m, id40, p40));
+    EXPECT_TRUE(prompt_row_is_alone(rec, m, id140, p140));
     e.cancel(first);
     while (!e.idle()) e.step();
     e.impl().check_pages();
