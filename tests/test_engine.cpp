@@ -400,7 +400,8 @@ TEST(Engine, PromptJoiningDecodesIsPaddedByAFewTokensNotCut) {
     running.n_predict = -1;
     running.sampling.temp = 0.0f;
     const runtime::RequestId first = e.submit(running, {});
-    while (e.stats().steps < 2) e.step();  // its prompt, then a decode step
+    for (int i = 0; i < 2; ++i) e.step();  // its prompt, then a decode step
+    ASSERT_EQ(e.stats().steps, 2);
     auto passes_to_first_token = [&](const std::vector<int32_t>& prompt) {
         runtime::GenParams gp;
         gp.prompt = prompt;
@@ -411,7 +412,8 @@ TEST(Engine, PromptJoiningDecodesIsPaddedByAFewTokensNotCut) {
         cb.on_token = [&got](const runtime::TokenEvent&) { return got = true; };
         const int64_t before = e.stats().steps;
         const runtime::RequestId id = e.submit(gp, cb);
-        while (!got) e.step();
+        for (int i = 0; i < 16 && !got; ++i) e.step();  // bounded: a bug fails, not hangs
+        EXPECT_TRUE(got) << prompt.size() << " prompt tokens: no first token in 16 steps";
         return std::make_pair(id, e.stats().steps - before);
     };
     // 40 + 1 decode token: padded to 48, one pass (cut to the bucket below,
@@ -427,7 +429,8 @@ TEST(Engine, PromptJoiningDecodesIsPaddedByAFewTokensNotCut) {
     EXPECT_TRUE(prompt_row_is_alone(rec, m, id40, p40));
     EXPECT_TRUE(prompt_row_is_alone(rec, m, id140, p140));
     e.cancel(first);
-    while (!e.idle()) e.step();
+    for (int i = 0; i < 4 && !e.idle(); ++i) e.step();
+    EXPECT_TRUE(e.idle());
     e.impl().check_pages();
 }
 
