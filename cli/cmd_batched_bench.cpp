@@ -285,15 +285,15 @@ int cmd_batched_bench(int argc, char** argv, int first) {
                 }
             }
     const runtime::EngineStats st = engine.stats();
-    std::fprintf(table,
-                 "\nengine: %lld steps, %lld graphs built, %lld preemptions, prefix hits %lld of "
-                 "%lld tokens, KV pages %lld x %lld cells, activations held %.1f MiB\n",
-                 static_cast<long long>(st.steps), static_cast<long long>(st.graphs_built),
-                 static_cast<long long>(st.preemptions),
-                 static_cast<long long>(st.prefix_hit_tokens),
-                 static_cast<long long>(st.prefix_lookup_tokens),
-                 static_cast<long long>(st.pages_total), static_cast<long long>(st.page_cells),
-                 static_cast<double>(st.activation_bytes) / (1024.0 * 1024.0));
+    std::fprintf(
+        table,
+        "\nengine: %lld steps, %lld graphs built, %lld preemptions, prefix hits %lld of "
+        "%lld tokens (%lld copied), KV pages %lld x %lld cells, activations held %.1f MiB\n",
+        static_cast<long long>(st.steps), static_cast<long long>(st.graphs_built),
+        static_cast<long long>(st.preemptions), static_cast<long long>(st.prefix_hit_tokens),
+        static_cast<long long>(st.prefix_lookup_tokens), static_cast<long long>(st.copied_cells),
+        static_cast<long long>(st.pages_total), static_cast<long long>(st.page_cells),
+        static_cast<double>(st.activation_bytes) / (1024.0 * 1024.0));
     return 0;
 }
 

@@ -26,6 +26,7 @@
 #include "graph/scheduler.h"
 #include "model/build.h"
 #include "runtime/engine_impl.h"
+#include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -220,16 +221,76 @@ bool Engine::Impl::admit(Seq& s) {
                                                            s.tokens.begin() + (i + 1) * P);
         }
     }
+    if (opt.prefix_cache) s.n_done += copy_computed_cells(s);
     if (!s.ever_admitted) {
         s.cached_tokens = s.n_done;
         s.t_admit = Clock::now();
         stats.prefix_hit_tokens += s.n_done;
-        stats.prefix_lookup_tokens += n_full * P;
+        stats.prefix_lookup_tokens += n_tok - 1;
         s.ever_admitted = true;
     }
     s.admit_order = ++admit_counter;
     s.state = Seq::State::Running;
     return true;
+}
+
+// Past its mapped pages, the longest run of this prompt that a running
+// sequence has computed already — the tokens after its last full prompt page
+// (only full pages are indexed), or pages it filled while generating (a chat
+// that goes on from its reply) — copied cell by cell into this sequence's
+// own pages, as vLLM copies a shared block a fork writes into. The cells are
+// bitwise those this sequence would compute (a token's K and V depend only
+// on it and the tokens before it: batch invariance), so the copy changes no
+// result. A copy at admission, a few cells per layer: what it saves is a
+// pass's worth of tokens (a 1,000-token shared prefix leaves 8 of them after
+// its 31 full pages). The last prompt token is always computed (its logits
+// are the first sample's). Returns the cells copied.
+int64_t Engine::Impl::copy_computed_cells(Seq& s) {
+    const int64_t from = s.n_done;
+    const int64_t limit = static_cast<int64_t>(s.tokens.size()) - 1;
+    const Seq* donor = nullptr;
+    int64_t best = from;
+    for (const auto& o : seqs) {
+        if (o.get() == &s || o->state != Seq::State::Running) continue;
+        const int64_t avail = std::min(o->n_done, limit);  // o->tokens holds at least n_done
+        if (avail <= best ||
+            !std::equal(s.tokens.begin(), s.tokens.begin() + from, o->tokens.begin()))
+            continue;
+        int64_t m = from;
+        while (m < avail && s.tokens[static_cast<size_t>(m)] == o->tokens[static_cast<size_t>(m)])
+            ++m;
+        if (m > best) {
+            best = m;
+            donor = o.get();
+        }
+    }
+    if (donor == nullptr) return 0;
+    graph::GraphAllocator& alloc = cache->allocator();
+    const size_t row = tensor::row_size(cparams.kv_type, model.hp.n_embd_kv());
+    for (const auto& region : alloc.persistent()) {  // every layer's K and V
+        backend::Backend& be = alloc.backend(region.ref.backend);
+        for (int64_t p = from; p < best;) {
+            const auto j = static_cast<size_t>(p / P);
+            const int64_t in = p % P, n = std::min<int64_t>(best - p, P - in);
+            backend::BufRef src = region.ref, dst = region.ref;
+            src.offset += static_cast<size_t>(donor->pages[j] * P + in) * row;
+            dst.offset += static_cast<size_t>(s.pages[j] * P + in) * row;
+            src.len = dst.len = static_cast<size_t>(n) * row;
+            MINFER_ASSERT(std::max(src.offset, dst.offset) + src.len <=
+                          region.ref.offset + region.ref.len);
+            copy_staging.resize(src.len);
+            be.read_host(src, copy_staging.data(), src.len);
+            be.write_host(dst, copy_staging.data(), dst.len);
+            p += n;
+        }
+    }
+    // Pages now whole: ready for a sequence that maps them.
+    for (int64_t j = from / P; j < best / P; ++j) {
+        const int32_t p = s.pages[static_cast<size_t>(j)];
+        if (pool->published(p) && !pool->ready(p)) pool->mark_ready(p);
+    }
+    stats.copied_cells += best - from;
+    return best - from;
 }
 
 // A running sequence that still waits for shared pages: true while one of

@@ -30,10 +30,10 @@ namespace minfer::runtime {
 using RequestId = int64_t;
 
 struct EngineOptions {
-    int64_t n_ctx = 8192;      // KV cells shared by all sequences (-c)
-    int64_t n_batch = 512;     // tokens per forward pass at most (-b): the step's budget
-    int32_t n_parallel = 8;    // sequences decoding at once at most (-np); each sample counts
-    int n_threads = 0;         // 0: physical cores
+    int64_t n_ctx = 8192;    // KV cells shared by all sequences (-c)
+    int64_t n_batch = 512;   // tokens per forward pass at most (-b): the step's budget
+    int32_t n_parallel = 8;  // sequences decoding at once at most (-np); each sample counts
+    int n_threads = 0;       // 0: physical cores
     tensor::DType kv_type_k = tensor::DType::F16;
     tensor::DType kv_type_v = tensor::DType::F16;
     bool prefix_cache = true;  // share full pages of identical prompt prefixes
@@ -49,9 +49,9 @@ struct EngineOptions {
 };
 
 struct GenParams {
-    std::vector<int32_t> prompt;  // token ids; must be non-empty
-    int64_t n_predict = -1;       // -1: until an end-of-generation token or the context end
-    SamplerParams sampling;       // temp, top_k, top_p, min_p, seed, repeat penalty
+    std::vector<int32_t> prompt;     // token ids; must be non-empty
+    int64_t n_predict = -1;          // -1: until an end-of-generation token or the context end
+    SamplerParams sampling;          // temp, top_k, top_p, min_p, seed, repeat penalty
     float presence_penalty = 0.0f;   // OpenAI's: subtracted once per token seen in the output
     float frequency_penalty = 0.0f;  // OpenAI's: subtracted per occurrence in the output
     bool ignore_eos = false;
@@ -62,8 +62,8 @@ struct GenParams {
 struct TokenEvent {
     int32_t sample = 0;  // 0 .. n_samples-1
     int32_t token = 0;
-    float logprob = 0.0f;                          // when top_logprobs >= 0
-    std::vector<std::pair<int32_t, float>> top;    // [top_logprobs] (token, logprob)
+    float logprob = 0.0f;                        // when top_logprobs >= 0
+    std::vector<std::pair<int32_t, float>> top;  // [top_logprobs] (token, logprob)
 };
 
 enum class FinishReason {
@@ -80,7 +80,7 @@ struct RequestResult {
     FinishReason reason = FinishReason::Stop;
     std::string error;          // with FinishReason::Error
     int64_t prompt_tokens = 0;  // of the request
-    int64_t cached_tokens = 0;  // prompt tokens taken from shared pages (not computed)
+    int64_t cached_tokens = 0;  // prompt tokens not computed: shared pages, copied cells
     int64_t generated = 0;      // tokens sampled for this sample
     double t_queue_ms = 0, t_first_token_ms = 0, t_total_ms = 0;  // from submit()
 };
@@ -94,12 +94,15 @@ struct RequestCallbacks {
 };
 
 struct EngineStats {
-    int64_t running = 0, waiting = 0;         // sequences
-    int64_t pages_total = 0, pages_used = 0;  // used: held by at least one sequence
-    int64_t pages_cached = 0, pages_free = 0; // cached: no holder, kept for prefix reuse
-    int64_t page_cells = 0;                   // cells per page
-    int64_t prefix_hit_tokens = 0, prefix_lookup_tokens = 0;  // hit rate = hit / lookup
-    int64_t prompt_tokens = 0, generated_tokens = 0;          // totals since start
+    int64_t running = 0, waiting = 0;          // sequences
+    int64_t pages_total = 0, pages_used = 0;   // used: held by at least one sequence
+    int64_t pages_cached = 0, pages_free = 0;  // cached: no holder, kept for prefix reuse
+    int64_t page_cells = 0;                    // cells per page
+    // Prompt tokens not computed (mapped pages and copied cells) out of those
+    // that could have been (every prompt token but the last): hit rate =
+    // hit / lookup. copied_cells: the part copied from running sequences.
+    int64_t prefix_hit_tokens = 0, prefix_lookup_tokens = 0, copied_cells = 0;
+    int64_t prompt_tokens = 0, generated_tokens = 0;  // totals since start
     int64_t steps = 0, graphs_built = 0, preemptions = 0;
     size_t activation_bytes = 0;  // activation memory held (all plans)
 };

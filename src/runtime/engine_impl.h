@@ -59,6 +59,7 @@ struct Engine::Impl {
     graph::Graph& prepare(int64_t n_tokens, int64_t n_out);
     bool step();
     bool admit(Seq& s);
+    int64_t copy_computed_cells(Seq& s);
     bool blocked(Seq& s);
     void preempt(Seq& s);
     void release_pages(Seq& s);
@@ -98,6 +99,7 @@ struct Engine::Impl {
     // Reused per step.
     std::vector<int32_t> tok_ids, positions, cells, rows, page_rows, tail;
     std::vector<float> row, logits_row;
+    std::vector<uint8_t> copy_staging;  // copy_computed_cells' K / V rows
     std::vector<std::pair<std::shared_ptr<Request>, RequestResult>> finished;
 
     // Tests: every logits row the engine samples from (request, sample,

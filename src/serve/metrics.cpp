@@ -67,10 +67,15 @@ std::string Metrics::render(const runtime::EngineStats& s, bool ready) const {
           static_cast<double>(s.pages_cached));
     gauge("minfer_kv_pages_free", "KV pages free", static_cast<double>(s.pages_free));
     gauge("minfer_kv_page_cells", "token cells per KV page", static_cast<double>(s.page_cells));
-    gauge("minfer_prefix_cache_hit_tokens_total", "prompt tokens taken from shared pages",
+    gauge("minfer_prefix_cache_hit_tokens_total",
+          "prompt tokens not computed: taken from shared pages or copied from running sequences",
           static_cast<double>(s.prefix_hit_tokens), "counter");
-    gauge("minfer_prefix_cache_lookup_tokens_total", "prompt tokens looked up in shared pages",
+    gauge("minfer_prefix_cache_lookup_tokens_total",
+          "prompt tokens that could have been taken (all but each prompt's last)",
           static_cast<double>(s.prefix_lookup_tokens), "counter");
+    gauge("minfer_prefix_cache_copied_cells_total",
+          "of the hit tokens, those copied from running sequences' pages",
+          static_cast<double>(s.copied_cells), "counter");
     gauge("minfer_engine_steps_total", "engine steps (forward passes)",
           static_cast<double>(s.steps), "counter");
     gauge("minfer_activation_bytes", "activation memory held",
