@@ -455,6 +455,52 @@ TEST(Engine, RunningSequencesComputedCellsAreCopiedNotRecomputed) {
     EXPECT_EQ(e.stats().pages_used, 0);
 }
 
+// A finished sequence's full pages stay cached, those it filled while
+// generating too: a chat that goes on from its reply (the prompt, the
+// reply, more) maps them. 100 prompt tokens + 40 sampled = 139 cells
+// computed: 4 full pages (the prompt alone has 3).
+TEST(Engine, FinishedReplyPagesStayCachedForTheChatThatGoesOn) {
+    const model::Model& m = tiny();
+    std::mt19937 rng(8);
+    const auto n_vocab = static_cast<int32_t>(m.hp.n_vocab);
+    runtime::Engine e(m, small_options(4096, 256, 4));
+    Recorder rec;
+    rec.attach(e);
+    std::vector<int32_t> pa = random_tokens(rng, 100, n_vocab), reply;
+    std::vector<runtime::RequestResult> results;
+    auto run = [&](const std::vector<int32_t>& prompt, int64_t n_predict) {
+        runtime::GenParams gp;
+        gp.prompt = prompt;
+        gp.n_predict = n_predict;
+        gp.sampling.temp = 0.0f;
+        runtime::RequestCallbacks cb;
+        cb.on_token = [&reply](const runtime::TokenEvent& ev) {
+            reply.push_back(ev.token);
+            return true;
+        };
+        cb.on_finish = [&results](const runtime::RequestResult& r) { results.push_back(r); };
+        const runtime::RequestId id = e.submit(gp, cb);
+        for (int i = 0; i < 64 && !e.idle(); ++i) {  // bounded: a bug fails, not hangs
+            e.step();
+            e.impl().check_pages();
+        }
+        EXPECT_TRUE(e.idle());
+        return id;
+    };
+    run(pa, 40);
+    ASSERT_EQ(reply.size(), 40u);
+    EXPECT_EQ(e.stats().pages_used, 0);
+    EXPECT_EQ(e.stats().pages_cached, 4);
+    std::vector<int32_t> pb = pa;
+    pb.insert(pb.end(), reply.begin(), reply.end());
+    const auto more = random_tokens(rng, 5, n_vocab);
+    pb.insert(pb.end(), more.begin(), more.end());
+    const runtime::RequestId b = run(pb, 1);
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_EQ(results[1].cached_tokens, 4 * 32);
+    EXPECT_TRUE(prompt_row_is_alone(rec, m, b, pb));
+}
+
 // A prompt joining running decodes: padding its pass by a few tokens beats
 // cutting them off into passes of their own (each pass streams all the
 // weights), while padding by many is still cut. Passes counted from the

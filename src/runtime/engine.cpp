@@ -164,13 +164,37 @@ graph::Graph& Engine::Impl::prepare(int64_t n_tokens, int64_t n_out) {
 
 // ---- pages of one sequence ------------------------------------------------
 
+// The hash chain of the first n full pages of a sequence's tokens (with the
+// prefix cache off, salted by the request: nothing is found across requests).
+std::vector<uint64_t> Engine::Impl::page_hashes(const Seq& s, int64_t n) const {
+    std::vector<uint64_t> hashes(static_cast<size_t>(n));
+    uint64_t h = opt.prefix_cache ? 0 : 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s.req->id);
+    for (int64_t i = 0; i < n; ++i)
+        hashes[static_cast<size_t>(i)] = h = graph::page_hash(h, s.tokens.data() + i * P, P);
+    return hashes;
+}
+
 void Engine::Impl::release_pages(Seq& s) {
+    // Every page whose cells are all computed goes to the index if it is not
+    // there (pages filled while generating, and the prompt's last full
+    // page): when nobody holds it, it stays cached, so a chat that goes on
+    // from this reply, or this sequence admitted again after a preemption,
+    // maps it instead of computing it.
+    const int64_t n_full = std::min<int64_t>(s.n_done / P, static_cast<int64_t>(s.pages.size()));
+    const std::vector<uint64_t> hashes =
+        opt.prefix_cache ? page_hashes(s, n_full) : std::vector<uint64_t>{};
     for (size_t i = 0; i < s.pages.size(); ++i) {
         const int32_t p = s.pages[i];
         // A prompt page this sequence was still filling: nobody else will
         // fill it, so it leaves the index (waiters see it and recompute).
         if (static_cast<int64_t>(i) >= s.n_hit_pages && pool->published(p) && !pool->ready(p))
             pool->unpublish(p);
+        if (i < hashes.size() && !pool->published(p) && pool->publish(p, hashes[i])) {
+            pool->mark_ready(p);
+            page_tokens[static_cast<size_t>(p)].assign(
+                s.tokens.begin() + static_cast<int64_t>(i) * P,
+                s.tokens.begin() + static_cast<int64_t>(i + 1) * P);
+        }
         pool->unref(p);
     }
     s.pages.clear();
@@ -183,10 +207,7 @@ bool Engine::Impl::admit(Seq& s) {
     // Full pages before the last token (the last is always computed: its
     // logits are the next sample's).
     const int64_t n_full = (n_tok - 1) / P;
-    std::vector<uint64_t> hashes(static_cast<size_t>(n_full));
-    uint64_t h = opt.prefix_cache ? 0 : 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s.req->id);
-    for (int64_t i = 0; i < n_full; ++i)
-        hashes[static_cast<size_t>(i)] = h = graph::page_hash(h, s.tokens.data() + i * P, P);
+    const std::vector<uint64_t> hashes = page_hashes(s, n_full);
     // Map the longest run of indexed pages whose tokens match.
     std::vector<int32_t> hit;
     for (int64_t i = 0; i < n_full; ++i) {

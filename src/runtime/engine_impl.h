@@ -63,6 +63,7 @@ struct Engine::Impl {
     bool blocked(Seq& s);
     void preempt(Seq& s);
     void release_pages(Seq& s);
+    std::vector<uint64_t> page_hashes(const Seq& s, int64_t n) const;
     void finish(Seq& s, FinishReason reason, std::string error = "");
     void deliver_finished();
     void apply_cancels(const std::vector<RequestId>& ids);
