@@ -212,6 +212,28 @@ TEST_F(Serve, ChatCompletionShapeAndUsage) {
     EXPECT_TRUE(j["usage"]["prompt_tokens_details"]["cached_tokens"].is_number_integer());
 }
 
+// The next turn of a chat maps the pages of the last one, its reply's
+// included (a finished sequence's full pages stay cached): every full page
+// of the cells the first turn computed (its prompt and all but its last
+// sampled token), not only its prompt's.
+TEST_F(Serve, TheNextTurnOfAChatMapsThePreviousReply) {
+    json first =
+        chat_body("Tell me of the children of Israel in the wilderness, and of Moses.", 80);
+    first["messages"][0]["content"] = "You are a scribe who writes at length of the old days.";
+    const json a = post_ok("/v1/chat/completions", first);
+    const int64_t p1 = a["usage"]["prompt_tokens"], c1 = a["usage"]["completion_tokens"];
+    ASSERT_GT(c1, 40);
+    json next = first;
+    next["messages"].push_back(
+        {{"role", "assistant"}, {"content", a["choices"][0]["message"]["content"]}});
+    next["messages"].push_back({{"role", "user"}, {"content", "And then?"}});
+    next["max_tokens"] = 2;
+    const json b = post_ok("/v1/chat/completions", next);
+    const int64_t cached = b["usage"]["prompt_tokens_details"]["cached_tokens"];
+    EXPECT_EQ(cached, (p1 + c1 - 1) / 32 * 32) << "first turn: " << p1 << " + " << c1;
+    EXPECT_GT(cached, (p1 - 1) / 32 * 32) << "more than the first prompt's own pages";
+}
+
 TEST_F(Serve, StreamingEqualsNonStreamingAtTemperatureZero) {
     json plain = post_ok("/v1/chat/completions", chat_body("In the beginning", 24));
     json body = chat_body("In the beginning", 24, true);
