@@ -273,7 +273,16 @@ int64_t Engine::Impl::copy_computed_cells(Seq& s) {
     int64_t best = from;
     for (const auto& o : seqs) {
         if (o.get() == &s || o->state != Seq::State::Running) continue;
-        const int64_t avail = std::min(o->n_done, limit);  // o->tokens holds at least n_done
+        // Its cells, as far as they are written: a mapped page counts once
+        // it is ready (one its filler gave up on stays unwritten until the
+        // sequence notices and recomputes it).
+        int64_t done = o->n_done;  // o->tokens holds at least n_done
+        for (int64_t i = 0; i < o->n_hit_pages; ++i)
+            if (!pool->ready(o->pages[static_cast<size_t>(i)])) {
+                done = std::min(done, i * P);
+                break;
+            }
+        const int64_t avail = std::min(done, limit);
         if (avail <= best ||
             !std::equal(s.tokens.begin(), s.tokens.begin() + from, o->tokens.begin()))
             continue;
