@@ -92,6 +92,23 @@ struct Recorder {
     }
 };
 
+// Steps until the engine is idle, checking the page accounting after every
+// step; at most max_steps (a scheduling bug fails the test, not hangs it).
+::testing::AssertionResult steps_until_idle(runtime::Engine& e, int max_steps = 64) {
+    for (int i = 0; i < max_steps && !e.idle(); ++i) {
+        e.step();
+        e.impl().check_pages();
+    }
+    if (e.idle()) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "not idle after " << max_steps << " steps";
+}
+
+// a, then b.
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
 // True when the logits `rec` recorded for the last prompt token of request
 // `id` (sample 0) are bitwise the prompt's own, alone in a session.
 ::testing::AssertionResult prompt_row_is_alone(const Recorder& rec, const model::Model& m,
@@ -398,10 +415,6 @@ TEST(Engine, RunningSequencesComputedCellsAreCopiedNotRecomputed) {
     Recorder rec;
     rec.attach(e);
     const std::vector<int32_t> prefix = random_tokens(rng, 200, n_vocab);
-    auto with = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
-        a.insert(a.end(), b.begin(), b.end());
-        return a;
-    };
     std::map<char, runtime::RequestResult> results;
     std::vector<int32_t> reply;  // the first request's tokens
     auto submit = [&](char name, const std::vector<int32_t>& prompt, bool record) {
@@ -425,12 +438,12 @@ TEST(Engine, RunningSequencesComputedCellsAreCopiedNotRecomputed) {
         }
         ASSERT_TRUE(done());
     };
-    const std::vector<int32_t> pa = with(prefix, random_tokens(rng, 8, n_vocab));
+    const std::vector<int32_t> pa = concat(prefix, random_tokens(rng, 8, n_vocab));
     const runtime::RequestId a = submit('a', pa, true);
     step_until([&] { return !reply.empty(); });
 
     // 6 full pages mapped (192 tokens) + the 8 prefix tokens of page 6 copied.
-    const std::vector<int32_t> pb = with(prefix, random_tokens(rng, 5, n_vocab));
+    const std::vector<int32_t> pb = concat(prefix, random_tokens(rng, 5, n_vocab));
     const runtime::RequestId b = submit('b', pb, false);
     step_until([&] { return results.count('b') != 0; });
     EXPECT_EQ(results['b'].cached_tokens, 200);
@@ -440,7 +453,7 @@ TEST(Engine, RunningSequencesComputedCellsAreCopiedNotRecomputed) {
     // 208 + 19 of the new prompt's 231 are there (page 6 whole, 3 of page 7).
     step_until([&] { return reply.size() >= 20; });
     ASSERT_EQ(reply.size(), 20u);
-    const std::vector<int32_t> pc = with(with(pa, reply), random_tokens(rng, 3, n_vocab));
+    const std::vector<int32_t> pc = concat(concat(pa, reply), random_tokens(rng, 3, n_vocab));
     const runtime::RequestId c = submit('c', pc, false);
     step_until([&] { return results.count('c') != 0; });
     EXPECT_EQ(results['c'].cached_tokens, 208 + 19);
@@ -449,9 +462,7 @@ TEST(Engine, RunningSequencesComputedCellsAreCopiedNotRecomputed) {
     EXPECT_TRUE(prompt_row_is_alone(rec, m, b, pb));
     EXPECT_TRUE(prompt_row_is_alone(rec, m, c, pc));
     e.cancel(a);
-    for (int i = 0; i < 4 && !e.idle(); ++i) e.step();
-    EXPECT_TRUE(e.idle());
-    e.impl().check_pages();
+    EXPECT_TRUE(steps_until_idle(e, 4));
     EXPECT_EQ(e.stats().pages_used, 0);
 }
 
@@ -469,12 +480,7 @@ TEST(Engine, NoCellsAreCopiedFromPagesAFillerGaveUp) {
     Recorder rec;
     rec.attach(e);
     const std::vector<int32_t> prefix = random_tokens(rng, 200, n_vocab);
-    auto prompt = [&](int n_own) {
-        std::vector<int32_t> p = prefix;
-        const auto own = random_tokens(rng, n_own, n_vocab);
-        p.insert(p.end(), own.begin(), own.end());
-        return p;
-    };
+    auto prompt = [&](int n_own) { return concat(prefix, random_tokens(rng, n_own, n_vocab)); };
     auto submit = [&](const std::vector<int32_t>& p) {
         runtime::GenParams gp;
         gp.prompt = p;
@@ -490,11 +496,7 @@ TEST(Engine, NoCellsAreCopiedFromPagesAFillerGaveUp) {
     e.cancel(x);
     e.impl().check_pages();
     const runtime::RequestId s = submit(ps);
-    for (int i = 0; i < 64 && !e.idle(); ++i) {  // bounded: a bug fails, not hangs
-        e.step();
-        e.impl().check_pages();
-    }
-    ASSERT_TRUE(e.idle());
+    ASSERT_TRUE(steps_until_idle(e));
     EXPECT_TRUE(prompt_row_is_alone(rec, m, d, pd));
     EXPECT_TRUE(prompt_row_is_alone(rec, m, s, ps));
 }
@@ -524,21 +526,14 @@ TEST(Engine, FinishedReplyPagesStayCachedForTheChatThatGoesOn) {
         };
         cb.on_finish = [&results](const runtime::RequestResult& r) { results.push_back(r); };
         const runtime::RequestId id = e.submit(gp, cb);
-        for (int i = 0; i < 64 && !e.idle(); ++i) {  // bounded: a bug fails, not hangs
-            e.step();
-            e.impl().check_pages();
-        }
-        EXPECT_TRUE(e.idle());
+        EXPECT_TRUE(steps_until_idle(e));
         return id;
     };
     run(pa, 40);
     ASSERT_EQ(reply.size(), 40u);
     EXPECT_EQ(e.stats().pages_used, 0);
     EXPECT_EQ(e.stats().pages_cached, 4);
-    std::vector<int32_t> pb = pa;
-    pb.insert(pb.end(), reply.begin(), reply.end());
-    const auto more = random_tokens(rng, 5, n_vocab);
-    pb.insert(pb.end(), more.begin(), more.end());
+    const std::vector<int32_t> pb = concat(concat(pa, reply), random_tokens(rng, 5, n_vocab));
     const runtime::RequestId b = run(pb, 1);
     ASSERT_EQ(results.size(), 2u);
     EXPECT_EQ(results[1].cached_tokens, 4 * 32);
