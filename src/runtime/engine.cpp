@@ -174,6 +174,26 @@ std::vector<uint64_t> Engine::Impl::page_hashes(const Seq& s, int64_t n) const {
     return hashes;
 }
 
+// Indexes page i of a sequence under `hash` and keeps its tokens (an
+// admission checks them against its own). False when the hash is indexed
+// already (the page stays unindexed).
+bool Engine::Impl::index_page(const Seq& s, int64_t i, uint64_t hash) {
+    const int32_t p = s.pages[static_cast<size_t>(i)];
+    if (!pool->publish(p, hash)) return false;
+    page_tokens[static_cast<size_t>(p)].assign(s.tokens.begin() + i * P,
+                                               s.tokens.begin() + (i + 1) * P);
+    return true;
+}
+
+// Marks the indexed pages this sequence filled itself (past its mapped ones)
+// ready, as far as its cells are written: waiters may map them now.
+void Engine::Impl::mark_filled_pages_ready(const Seq& s) {
+    for (int64_t i = s.n_hit_pages; i < s.n_done / P; ++i) {
+        const int32_t p = s.pages[static_cast<size_t>(i)];
+        if (pool->published(p) && !pool->ready(p)) pool->mark_ready(p);
+    }
+}
+
 void Engine::Impl::release_pages(Seq& s) {
     // Every page whose cells are all computed goes to the index if it is not
     // there (pages filled while generating, and the prompt's last full
@@ -189,12 +209,9 @@ void Engine::Impl::release_pages(Seq& s) {
         // fill it, so it leaves the index (waiters see it and recompute).
         if (static_cast<int64_t>(i) >= s.n_hit_pages && pool->published(p) && !pool->ready(p))
             pool->unpublish(p);
-        if (i < hashes.size() && !pool->published(p) && pool->publish(p, hashes[i])) {
+        if (i < hashes.size() && !pool->published(p) &&
+            index_page(s, static_cast<int64_t>(i), hashes[i]))
             pool->mark_ready(p);
-            page_tokens[static_cast<size_t>(p)].assign(
-                s.tokens.begin() + static_cast<int64_t>(i) * P,
-                s.tokens.begin() + static_cast<int64_t>(i + 1) * P);
-        }
         pool->unref(p);
     }
     s.pages.clear();
@@ -237,12 +254,13 @@ bool Engine::Impl::admit(Seq& s) {
         if (i < n_full) {
             // Indexed at once, not ready: a sequence admitted a moment later
             // with the same prefix maps it and waits for it.
-            if (pool->publish(p, hashes[static_cast<size_t>(i)]))
-                page_tokens[static_cast<size_t>(p)].assign(s.tokens.begin() + i * P,
-                                                           s.tokens.begin() + (i + 1) * P);
+            index_page(s, i, hashes[static_cast<size_t>(i)]);
         }
     }
-    if (opt.prefix_cache) s.n_done += copy_computed_cells(s);
+    if (opt.prefix_cache) {
+        s.n_done += copy_computed_cells(s);
+        mark_filled_pages_ready(s);  // pages the copy filled whole
+    }
     if (!s.ever_admitted) {
         s.cached_tokens = s.n_done;
         s.t_admit = Clock::now();
@@ -313,11 +331,6 @@ int64_t Engine::Impl::copy_computed_cells(Seq& s) {
             be.write_host(dst, copy_staging.data(), dst.len);
             p += n;
         }
-    }
-    // Pages now whole: ready for a sequence that maps them.
-    for (int64_t j = from / P; j < best / P; ++j) {
-        const int32_t p = s.pages[static_cast<size_t>(j)];
-        if (pool->published(p) && !pool->ready(p)) pool->mark_ready(p);
     }
     stats.copied_cells += best - from;
     return best - from;
@@ -656,10 +669,7 @@ bool Engine::Impl::step() {
     for (const Work& w : work) {
         Seq& s = *w.seq;
         s.n_done = w.from + w.n;
-        for (int64_t i = s.n_hit_pages; i < s.n_done / P; ++i) {
-            const int32_t p = s.pages[static_cast<size_t>(i)];
-            if (pool->published(p) && !pool->ready(p)) pool->mark_ready(p);
-        }
+        mark_filled_pages_ready(s);
     }
     // Sample.
     const graph::NodeId out_id = g.outputs.at(0);

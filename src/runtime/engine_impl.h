@@ -64,6 +64,8 @@ struct Engine::Impl {
     void preempt(Seq& s);
     void release_pages(Seq& s);
     std::vector<uint64_t> page_hashes(const Seq& s, int64_t n) const;
+    bool index_page(const Seq& s, int64_t i, uint64_t hash);
+    void mark_filled_pages_ready(const Seq& s);
     void finish(Seq& s, FinishReason reason, std::string error = "");
     void deliver_finished();
     void apply_cancels(const std::vector<RequestId>& ids);
