@@ -14,6 +14,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec_ops.h"
+#include "graph/kv_layout.h"
 #include "tensor/dtype.h"
 #include "tensor/interleave.h"
 #include "tensor/quants.h"
@@ -159,7 +160,10 @@ void register_all() {
 // layer's weights stream through the caches between its attention calls.
 void run_attn(benchmark::State& state, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n,
               int64_t depth, tensor::DType kv_type, bool cold = false) {
-    const int64_t n_ctx = depth + n, nq = n_head * hd, kv = n_head_kv * hd;
+    // cells: whole K blocks (graph/kv_layout.h)
+    const int64_t n_ctx =
+        (depth + n + graph::kKBlockCells - 1) / graph::kKBlockCells * graph::kKBlockCells;
+    const int64_t nq = n_head * hd, kv = n_head_kv * hd;
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> q(static_cast<size_t>(nq * n)), out(q.size());

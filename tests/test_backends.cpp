@@ -112,12 +112,12 @@ TEST(Backends, queue_reports_kernel_errors_at_synchronize) {
     store.src = {0, 1, 2};
     store.meta.n_head_kv = 1;
     store.meta.head_dim = 4;
-    store.meta.n_ctx = 2;
+    store.meta.n_ctx = 32;
     QueueBackend queue;
     const BufRef k{0, queue.allocate(16), 0, 16}, v{0, queue.allocate(16), 0, 16},
         pos{0, queue.allocate(4), 0, 4};
-    const KvPair kv{BufRef{0, queue.allocate(32), 0, 32}, BufRef{0, queue.allocate(32), 0, 32}};
-    const int32_t p = 5;
+    const KvPair kv{BufRef{0, queue.allocate(512), 0, 512}, BufRef{0, queue.allocate(512), 0, 512}};
+    const int32_t p = 35;
     queue.write_host(pos, &p, 4);
     const BufRef srcs[3] = {k, v, pos};
     const std::array<std::array<int64_t, 4>, 3> ne{{{4, 1, 1, 1}, {4, 1, 1, 1}, {1, 1, 1, 1}}};

@@ -20,6 +20,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "cli_runner.h"
+#include "graph/kv_layout.h"
 #include "graph/kv_pages.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -181,13 +182,16 @@ void paged_attention_case(tensor::DType kvt, bool scalar) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const bool f16 = kvt == tensor::DType::F16;
     const size_t esz = f16 ? 2 : 4;
-    auto fill_row = [&](std::vector<uint8_t>& region, int64_t cell, const float* src) {
+    // a cell's row as the kernels store it: V row-major, K element-major
+    // in blocks (graph/kv_layout.h)
+    auto fill_row = [&](std::vector<uint8_t>& region, bool is_k, int64_t cell, const float* src) {
         for (int64_t i = 0; i < kv; ++i) {
+            const int64_t at = is_k ? graph::k_index(cell, i, kv) : cell * kv + i;
             if (f16) {
                 const uint16_t h = tensor::fp32_to_fp16(src[i]);
-                std::memcpy(region.data() + (cell * kv + i) * 2, &h, 2);
+                std::memcpy(region.data() + at * 2, &h, 2);
             } else {
-                std::memcpy(region.data() + (cell * kv + i) * 4, &src[i], 4);
+                std::memcpy(region.data() + at * 4, &src[i], 4);
             }
         }
     };
@@ -203,13 +207,13 @@ void paged_attention_case(tensor::DType kvt, bool scalar) {
     std::vector<uint8_t> K(static_cast<size_t>(n_ctx * kv) * esz), V(K.size());
     for (int64_t p = 0; p < len_a; ++p) {
         const int64_t cell = int64_t{pages_a[size_t(p / P)]} * P + p % P;
-        fill_row(K, cell, ka[size_t(p)].data());
-        fill_row(V, cell, va[size_t(p)].data());
+        fill_row(K, true, cell, ka[size_t(p)].data());
+        fill_row(V, false, cell, va[size_t(p)].data());
     }
     for (int64_t p = 0; p < len_b; ++p) {
         const int64_t cell = int64_t{pages_b[size_t(p / P)]} * P + p % P;
-        fill_row(K, cell, kb[size_t(p)].data());
-        fill_row(V, cell, vb[size_t(p)].data());
+        fill_row(K, true, cell, kb[size_t(p)].data());
+        fill_row(V, false, cell, vb[size_t(p)].data());
     }
     // The batch: 3 tokens of a (positions 67..69), then 2 of b (38, 39).
     const std::vector<int32_t> pos{67, 68, 69, 38, 39}, rows{0, 0, 0, 1, 1};
@@ -248,8 +252,8 @@ void paged_attention_case(tensor::DType kvt, bool scalar) {
         const auto& vs = is_a ? va : vb;
         std::vector<uint8_t> Kc(static_cast<size_t>(n_ctx * kv) * esz), Vc(Kc.size());
         for (size_t p = 0; p < ks.size(); ++p) {
-            fill_row(Kc, static_cast<int64_t>(p), ks[p].data());
-            fill_row(Vc, static_cast<int64_t>(p), vs[p].data());
+            fill_row(Kc, true, static_cast<int64_t>(p), ks[p].data());
+            fill_row(Vc, false, static_cast<int64_t>(p), vs[p].data());
         }
         graph::Node one = node;
         one.ne = {nq, 1, 1, 1};

@@ -18,6 +18,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
+#include "graph/kv_layout.h"
 #include "isa_levels.h"
 #include "tensor/blocks.h"
 #include "tensor/interleave.h"
@@ -944,7 +945,7 @@ TEST(CpuOps, RopeMatchesClosedForm) {
 namespace {
 struct AttnSetup {
     int32_t n_head, n_head_kv, hd;
-    int64_t n_ctx = 16;
+    int64_t n_ctx = 32;  // a multiple of the K block (graph/kv_layout.h)
     graph::NodeMeta meta() const {
         graph::NodeMeta m;
         m.n_head = n_head;
@@ -982,9 +983,17 @@ TEST(CpuAttn, GqaMatchesNaiveSoftmaxAttention) {
         ThreadPool pool(2);
         kv_store(s, k_all.data(), v_all.data(), p0.data(), 5, K, V, pool);
         kv_store(s, k_all.data() + 5 * kv, v_all.data() + 5 * kv, p1.data(), 4, K, V, pool);
-        EXPECT_EQ(0, std::memcmp(K.data(), k_all.data(), k_all.size() * 4));
+        // V rows as they come; K element-major in blocks of cells
+        // (graph/kv_layout.h): element e of cell c at k_index(c, e, kv)
         EXPECT_EQ(0, std::memcmp(V.data(), v_all.data(), v_all.size() * 4));
-        for (size_t i = k_all.size(); i < K.size(); ++i) EXPECT_EQ(K[i], 0.0f);  // untouched
+        std::vector<float> k_want(K.size(), 0.0f);  // untouched cells stay 0
+        for (int64_t c = 0; c < 9; ++c)
+            for (int64_t e = 0; e < kv; ++e)
+                k_want[static_cast<size_t>(graph::k_index(c, e, kv))] =
+                    k_all[static_cast<size_t>(c * kv + e)];
+        EXPECT_EQ(k_want, K);
+        EXPECT_EQ(K[static_cast<size_t>(graph::kKBlockCells + 3)],
+                  k_all[3 * kv + 1]);  // cell 3, e 1
 
         // q rows carry extra columns (the fused q|k|v layout): stride nq + 2kv
         const int64_t q_stride = nq + 2 * kv;
@@ -1033,23 +1042,70 @@ TEST(CpuAttn, GqaMatchesNaiveSoftmaxAttention) {
 
 TEST(CpuAttn, PositionPastContextThrowsAndWritesNothing) {
     AttnSetup s{4, 2, 8};
-    s.n_ctx = 4;
     const int64_t kv = int64_t{s.n_head_kv} * s.hd;
     std::vector<float> K(static_cast<size_t>(kv * s.n_ctx), 0.0f), V(K.size(), 0.0f);
     auto k = random_floats(static_cast<size_t>(kv * 2), 1);
-    std::vector<int32_t> pos = {3, 4};
+    std::vector<int32_t> pos = {31, 32};
     ThreadPool pool(1);
     try {
         kv_store(s, k.data(), k.data(), pos.data(), 2, K, V, pool);
         FAIL() << "no throw";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("position 4 is past the context size 4"),
+        EXPECT_NE(std::string(e.what()).find("position 32 is past the context size 32"),
                   std::string::npos)
             << e.what();
     }
     for (float f : K) EXPECT_EQ(f, 0.0f);
     pos = {-1, 0};
     EXPECT_THROW(kv_store(s, k.data(), k.data(), pos.data(), 2, K, V, pool), Error);
+}
+
+TEST(CpuAttn, RegionsOfPartBlocksAndPagesOfPartBlocksAreErrors) {
+    // K is stored in whole blocks of cells (graph/kv_layout.h): a region of
+    // 40 cells would be read and written past its end, a page of 16 cells
+    // would make the kernels read another page's cells as this one's.
+    AttnSetup s{4, 2, 8};
+    s.n_ctx = 40;
+    const int64_t kv = int64_t{s.n_head_kv} * s.hd;
+    std::vector<float> K(static_cast<size_t>(kv * s.n_ctx), 0.0f), V(K.size(), 0.0f);
+    auto k = random_floats(static_cast<size_t>(kv), 1);
+    std::vector<int32_t> pos = {0};
+    ThreadPool pool(1);
+    try {
+        kv_store(s, k.data(), k.data(), pos.data(), 1, K, V, pool);
+        FAIL() << "no throw";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("40 cells are not a multiple of 32"),
+                  std::string::npos)
+            << e.what();
+    }
+    for (float f : K) EXPECT_EQ(f, 0.0f);
+
+    s.n_ctx = 64;
+    Node node = make_node(Op::Attn, {int64_t{s.n_head} * s.hd, 1, 1, 1});
+    node.meta = s.meta();
+    node.meta.kv_page = 16;
+    node.src = {0, 1, 2, 3, 4};
+    std::vector<float> q(static_cast<size_t>(s.n_head * s.hd)), out(q.size());
+    std::vector<int32_t> rows = {0}, table = {0, 1, 2, 3};
+    K.assign(static_cast<size_t>(kv * s.n_ctx), 0.0f);
+    V = K;
+    NodeData d{{q.data(), nullptr, pos.data(), rows.data(), table.data()},
+               out.data(),
+               K.data(),
+               V.data(),
+               {{int64_t{s.n_head} * s.hd, 1, 1, 1},
+                {kv, s.n_ctx, 1, 1},
+                {1, 1, 1, 1},
+                {1, 1, 1, 1},
+                {4, 1, 1, 1}}};
+    try {
+        cpu::run_node(node, d, pool);
+        FAIL() << "no throw";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("kv_page a multiple of 32"), std::string::npos)
+            << e.what();
+    }
 }
 
 // ---- fusion -----------------------------------------------------------------------
@@ -1059,7 +1115,7 @@ TEST(CpuAttn, PositionPastContextThrowsAndWritesNothing) {
 // kernels run in both paths.
 TEST(CpuFusion, FusedQkvEpilogueEqualsUnfusedChainBitForBit) {
     const int32_t n_head = 4, n_head_kv = 2, hd = 32;
-    const int64_t n_embd = 128, nq = n_head * hd, nkv = n_head_kv * hd, n = 3, n_ctx = 8;
+    const int64_t n_embd = 128, nq = n_head * hd, nkv = n_head_kv * hd, n = 3, n_ctx = 32;
     auto x = random_floats(static_cast<size_t>(n_embd * n), 31);
     Weight wq = make_weight(DType::Q8_0, n_embd, nq, 1);
     Weight wk = make_weight(DType::Q4_0, n_embd, nkv, 2);
@@ -1245,14 +1301,14 @@ TEST(CpuAttn, EverySimdLevelMatchesTheScalarLoop) {
         IsaCap cap(l);
         SCOPED_TRACE(cpu::isa_name(l));
         ASSERT_TRUE(cpu::attn_simd_supported(64));
-        for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}})
+        for (AttnSetup s : {AttnSetup{14, 2, 64, 64}, AttnSetup{2, 2, 128, 64}})
             for (DType kvt : {DType::F32, DType::F16}) {
                 expect_simd_attn_matches_scalar(s, kvt, 2, 37);
                 expect_simd_attn_matches_scalar(s, kvt, 1, 1);  // one key
                 expect_simd_attn_matches_scalar(s, kvt, 1, 8);  // one full 8-vector
             }
-        for (AttnSetup s : {AttnSetup{14, 2, 64, 48}, AttnSetup{4, 2, 128, 48},
-                            AttnSetup{2, 2, 128, 48}, AttnSetup{4, 2, 48, 48}})
+        for (AttnSetup s : {AttnSetup{14, 2, 64, 64}, AttnSetup{4, 2, 128, 64},
+                            AttnSetup{2, 2, 128, 64}, AttnSetup{4, 2, 48, 64}})
             for (DType kvt : {DType::F32, DType::F16}) {
                 expect_simd_attn_matches_scalar(s, kvt, 21, 45);
                 expect_simd_attn_matches_scalar(s, kvt, 4, 4);  // keys < kKeysPerStep rows
@@ -1272,7 +1328,7 @@ TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
     minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
         if (!cpu::attn_simd_supported(64)) return;
         ++levels;
-        for (AttnSetup s : {AttnSetup{14, 2, 64, 40}, AttnSetup{2, 2, 128, 40}})
+        for (AttnSetup s : {AttnSetup{14, 2, 64, 64}, AttnSetup{2, 2, 128, 64}})
             for (DType kvt : {DType::F32, DType::F16})
                 expect_simd_attn_matches_scalar(s, kvt, 2, 37);
     });
@@ -1280,23 +1336,21 @@ TEST(CpuAttn, SimdPathMatchesScalarLoopForF32AndF16Caches) {
 }
 
 TEST(CpuAttn, ATokenAloneIsBitwiseItsRowsInAChunk) {
-    // A decode token (1 token: `group` rows; up to 4 rows at AVX2, 8 at
-    // AVX-512 take the keys-in-lanes kernel) against the same token inside
-    // a 21-token prompt chunk (the many-rows kernel, causal masks inside a
-    // vector): the outputs must be bitwise equal, so a sequence's result
-    // does not depend on how its prompt was chunked or what shares its
-    // pass. GQA 1:1, 2:1, 4:1 (few rows alone) and 7:1 (few rows alone at
-    // AVX-512, many rows both ways at AVX2); key counts 24..44, not
-    // multiples of 8 or 16, and for Qwen3-0.6B's heads (16 / 8, 128) also
-    // 169..189 (several key blocks of the few-rows P V, which reloads its
-    // sums between blocks).
+    // A decode token (1 token: `group` rows; up to 8 rows take the
+    // keys-in-lanes kernel) against the same token inside a 21-token
+    // prompt chunk (the many-rows kernel, causal masks inside a vector):
+    // the outputs must be bitwise equal, so a sequence's result does not
+    // depend on how its prompt was chunked or what shares its pass. GQA
+    // 1:1, 2:1, 4:1, 7:1; key counts 24..44, not multiples of 8 or 16, and
+    // for Qwen3-0.6B's heads (16 / 8, 128) also 169..189 (several key
+    // blocks of the few-rows P V, which reloads its sums between blocks).
     const auto levels = attn_simd_levels();
     if (levels.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
     for (cpu::IsaLevel l : levels) {
         IsaCap cap(l);
         for (AttnSetup s :
-             {AttnSetup{2, 2, 64, 48}, AttnSetup{4, 2, 128, 48}, AttnSetup{8, 2, 64, 48},
-              AttnSetup{14, 2, 64, 48}, AttnSetup{16, 8, 128, 192}})
+             {AttnSetup{2, 2, 64, 64}, AttnSetup{4, 2, 128, 64}, AttnSetup{8, 2, 64, 64},
+              AttnSetup{14, 2, 64, 64}, AttnSetup{16, 8, 128, 192}})
             for (DType kvt : {DType::F32, DType::F16}) {
                 SCOPED_TRACE(std::string(cpu::isa_name(l)) + " " + std::string(dtype_name(kvt)) +
                              " heads=" + std::to_string(s.n_head));
@@ -1343,8 +1397,8 @@ TEST(CpuAttn, ManyRowsPathMatchesScalarLoopForF32AndF16Caches) {
     minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
         if (!cpu::attn_simd_supported(64)) return;
         ++levels;
-        for (AttnSetup s : {AttnSetup{14, 2, 64, 48}, AttnSetup{4, 2, 128, 48},
-                            AttnSetup{2, 2, 128, 48}, AttnSetup{4, 2, 48, 48}})
+        for (AttnSetup s : {AttnSetup{14, 2, 64, 64}, AttnSetup{4, 2, 128, 64},
+                            AttnSetup{2, 2, 128, 64}, AttnSetup{4, 2, 48, 64}})
             for (DType kvt : {DType::F32, DType::F16})
                 expect_simd_attn_matches_scalar(s, kvt, 21, 45);
     });

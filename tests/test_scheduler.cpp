@@ -176,14 +176,14 @@ Graph attn_graph(const Tables& t, int64_t n, BackendId attn_b) {
         m.n_head = 2;
         m.n_head_kv = 1;
         m.head_dim = 16;
-        m.n_ctx = 8;
+        m.n_ctx = 32;  // a multiple of the K block (graph/kv_layout.h)
         return id;
     };
     NodeId a = kvop(Op::Add, "a", {e32, e32}, 32, n);
     NodeId q = kvop(Op::Silu, "q", {a}, 32, n);  // in place on a
     NodeId k = kvop(Op::Mul, "k", {e16, e16}, 16, n);
     NodeId v = kvop(Op::Add, "v", {e16, e16}, 16, n);
-    NodeId st = kvop(Op::KvStore, "kv_store", {k, v, pos}, 16, 8);
+    NodeId st = kvop(Op::KvStore, "kv_store", {k, v, pos}, 16, 32);
     NodeId at = kvop(Op::Attn, "attn", {q, st, pos}, 32, n);
     NodeId m = add_op(g, Op::Mul, "m", {at, e32}, 32, n, 0);
     NodeId out = add_op(g, Op::SwiGLU, "out", {m, e32}, 32, n, 0);

@@ -192,8 +192,8 @@ KvPair GraphAllocator::ensure_kv(int32_t layer, BackendId b, size_t bytes, const
                                          OutOfMemory::mib(bytes) +
                                          "); a smaller context (-c) needs less");
     }
-    persistent_.push_back({"kv." + std::to_string(layer) + ".k", pair.k});
-    persistent_.push_back({"kv." + std::to_string(layer) + ".v", pair.v});
+    persistent_.push_back({"kv." + std::to_string(layer) + ".k", pair.k, true});
+    persistent_.push_back({"kv." + std::to_string(layer) + ".v", pair.v, false});
     kv_.emplace(layer, pair);
     counters_.kv_regions += 2;
     counters_.kv_bytes += 2 * bytes;

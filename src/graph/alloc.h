@@ -66,7 +66,8 @@ constexpr size_t kArenaAlign = 64;
 // A region that is never freed and never recycled ("kv.<layer>.k" / ".v").
 struct PersistentBuf {
     std::string name;
-    BufRef ref;  // the whole region: offset 0, len = its bytes
+    BufRef ref;         // the whole region: offset 0, len = its bytes
+    bool is_k = false;  // a K region (cells element-major in blocks, graph/kv_layout.h), else V
 };
 
 // Figures of one allocated graph.

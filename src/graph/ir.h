@@ -39,7 +39,7 @@ enum class Op : uint8_t {
                  // src3: cell = position; -1: a padding token, nothing stored) of the
                  // layer's K and V regions. Shape
                  // [n_kv_embd, n_ctx] mirrors the persistent region; its buffer *is* the
-                 // K region.
+                 // K region. Cells: graph/kv_layout.h (n_ctx whole K blocks).
     Attn,        // causal GQA: src0 q rows (q in columns [0, n_head*head_dim)),
                  // src1 the layer's KvStore or QkvBiasRopeStore (ordering), src2 positions,
                  // optional src3 kv_rows [n] and src4 kv_pages [n_seqs * pages_per_seq]

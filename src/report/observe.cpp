@@ -1,11 +1,13 @@
 #include "report/observe.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
 #include "graph/cache.h"
+#include "graph/kv_layout.h"
 #include "report/graph_dump.h"
 #include "runtime/session.h"
 #include "runtime/session_impl.h"
@@ -117,17 +119,31 @@ void dump_state(runtime::Session& session, const std::vector<float>& logits, int
     const auto& hp = session.model().hp;
     nlohmann::json kv = nlohmann::json::array();
     std::vector<uint8_t> buf;
+    std::vector<uint8_t> rows;
     for (const auto& pb : alloc.persistent()) {
         buf.resize(pb.ref.len);
         alloc.backend(pb.ref.backend).read_host(pb.ref, buf.data(), pb.ref.len);
-        // Raw regions in the cache's element type (f32 or f16): the file is
-        // named after it and the row count comes from its row size.
+        // The regions in the cache's element type (f32 or f16), a row per
+        // cell: the file is named after the type and the row count comes
+        // from its row size. K is stored element-major in blocks of cells
+        // (graph/kv_layout.h) and written back as rows.
         const tensor::DType kv_type = session.options().kv_type;
         const std::string dtype(tensor::dtype_name(kv_type));
         const std::string file = pb.name + "." + dtype;
-        write_raw(dir + "/" + file, buf.data(), buf.size());
         const int64_t row = hp.n_embd_kv();
         const size_t row_bytes = tensor::row_size(kv_type, std::max<int64_t>(row, 1));
+        if (pb.is_k && row > 0) {
+            const size_t es = row_bytes / static_cast<size_t>(row);
+            const auto n_cells = static_cast<int64_t>(buf.size() / row_bytes);
+            rows.resize(buf.size());
+            for (int64_t c = 0; c < n_cells; ++c)
+                for (int64_t e = 0; e < row; ++e)
+                    std::memcpy(rows.data() + static_cast<size_t>(c * row + e) * es,
+                                buf.data() + static_cast<size_t>(graph::k_index(c, e, row)) * es,
+                                es);
+            buf.swap(rows);
+        }
+        write_raw(dir + "/" + file, buf.data(), buf.size());
         kv.push_back({{"name", pb.name},
                       {"file", file},
                       {"dtype", dtype},

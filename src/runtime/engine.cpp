@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <map>
@@ -22,6 +23,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "graph/assign.h"
 #include "graph/cache.h"
+#include "graph/kv_layout.h"
 #include "graph/kv_pages.h"
 #include "graph/scheduler.h"
 #include "model/build.h"
@@ -314,20 +316,46 @@ int64_t Engine::Impl::copy_computed_cells(Seq& s) {
     }
     if (donor == nullptr) return 0;
     graph::GraphAllocator& alloc = cache->allocator();
-    const size_t row = tensor::row_size(cparams.kv_type, model.hp.n_embd_kv());
+    const int64_t n_kv_embd = model.hp.n_embd_kv();
+    const size_t row = tensor::row_size(cparams.kv_type, n_kv_embd);
+    const size_t es = row / static_cast<size_t>(n_kv_embd);  // f32 or f16
+    static_assert(P % graph::kKBlockCells == 0, "a page is whole K blocks");
     for (const auto& region : alloc.persistent()) {  // every layer's K and V
         backend::Backend& be = alloc.backend(region.ref.backend);
         for (int64_t p = from; p < best;) {
             const auto j = static_cast<size_t>(p / P);
             const int64_t in = p % P, n = std::min<int64_t>(best - p, P - in);
             backend::BufRef src = region.ref, dst = region.ref;
-            src.offset += static_cast<size_t>(donor->pages[j] * P + in) * row;
-            dst.offset += static_cast<size_t>(s.pages[j] * P + in) * row;
-            src.len = dst.len = static_cast<size_t>(n) * row;
+            if (!region.is_k) {  // V: the cells' rows, one contiguous range
+                src.offset += static_cast<size_t>(donor->pages[j] * P + in) * row;
+                dst.offset += static_cast<size_t>(s.pages[j] * P + in) * row;
+                src.len = dst.len = static_cast<size_t>(n) * row;
+            } else {  // K: both pages whole, the cells patched element by element
+                src.offset += static_cast<size_t>(donor->pages[j] * P) * row;
+                dst.offset += static_cast<size_t>(s.pages[j] * P) * row;
+                src.len = dst.len = static_cast<size_t>(P) * row;
+            }
             MINFER_ASSERT(std::max(src.offset, dst.offset) + src.len <=
                           region.ref.offset + region.ref.len);
             copy_staging.resize(src.len);
             be.read_host(src, copy_staging.data(), src.len);
+            if (region.is_k) {
+                // the page starts a K block, so cell c's elements are at
+                // k_index(c, e) from the page's start
+                own_page_staging.resize(dst.len);
+                be.read_host(dst, own_page_staging.data(), dst.len);
+                for (int64_t c = in; c < in + n;) {
+                    const int64_t m =
+                        std::min(in + n - c, graph::kKBlockCells - c % graph::kKBlockCells);
+                    for (int64_t e = 0; e < n_kv_embd; ++e) {
+                        const size_t at = static_cast<size_t>(graph::k_index(c, e, n_kv_embd)) * es;
+                        std::memcpy(own_page_staging.data() + at, copy_staging.data() + at,
+                                    static_cast<size_t>(m) * es);
+                    }
+                    c += m;
+                }
+                copy_staging.swap(own_page_staging);
+            }
             be.write_host(dst, copy_staging.data(), dst.len);
             p += n;
         }

@@ -102,7 +102,8 @@ struct Engine::Impl {
     // Reused per step.
     std::vector<int32_t> tok_ids, positions, cells, rows, page_rows, tail;
     std::vector<float> row, logits_row;
-    std::vector<uint8_t> copy_staging;  // copy_computed_cells' K / V rows
+    std::vector<uint8_t> copy_staging;      // copy_computed_cells' V rows or donor K page
+    std::vector<uint8_t> own_page_staging;  // ... and the K page they are patched into
     std::vector<std::pair<std::shared_ptr<Request>, RequestResult>> finished;
 
     // Tests: every logits row the engine samples from (request, sample,

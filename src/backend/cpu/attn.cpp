@@ -15,7 +15,6 @@
 #include <immintrin.h>
 #define MINFER_ATTN_X86 1
 #include "backend/cpu/simd_exp.h"
-#include "backend/cpu/x86/transpose_avx2.h"
 #endif
 
 namespace minfer::cpu {
@@ -24,8 +23,11 @@ size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd) {
     // q^T, scores, key counts, K and V rows as floats (the AVX-512 kernel
     // gathers them all; the AVX2 one converts a block of 32 keys at a time)
     const int64_t lanes = (rows + 15) / 16 * 16, n_kv_pad = (n_kv_max + 3) / 4 * 4;
-    return static_cast<size_t>(lanes * hd + n_kv_pad * lanes + lanes +
-                               2 * std::max<int64_t>(n_kv_pad, 32) * hd);
+    const int64_t k_blocks = (n_kv_max + graph::kKBlockCells - 1) / graph::kKBlockCells;
+    return static_cast<size_t>(
+        lanes * hd + n_kv_pad * lanes + lanes +
+        (std::max<int64_t>(k_blocks, 1) * graph::kKBlockCells + std::max<int64_t>(n_kv_pad, 32)) *
+            hd);
 }
 
 #ifdef MINFER_ATTN_X86
@@ -73,61 +75,35 @@ MINFER_AVX512 inline __m512 round_f16(__m512 x) {
 
 constexpr int kMaxVecs = 16;  // head_dim <= 256
 
-MINFER_AVX512 void attn_head_avx512(bool f16, const float* q, const void* k, const void* v,
-                                    int64_t kv_row, int64_t off, int64_t n_kv, int64_t hd,
-                                    float scale, float* s, float* o) {
-    const int nv = static_cast<int>(hd / 16);
-    __m512 qv[kMaxVecs];
-    for (int i = 0; i < nv; ++i) {
-        qv[i] = _mm512_loadu_ps(q + 16 * i);
-        if (f16) qv[i] = round_f16(qv[i]);
+#define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+MINFER_AVX2 inline __m256 load8(bool f16, const void* base, int64_t i) {
+    if (f16)
+        return _mm256_cvtph_ps(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i)));
+    return _mm256_loadu_ps(static_cast<const float*>(base) + i);
+}
+
+// K of `run` consecutive cells from key j's (one K block) as floats,
+// dim-major: dst[d * ld + l] = dim d of key j + l (this head). The cache
+// holds K so (graph/kv_layout.h): each dim's run is copied (converted) 8
+// at a time.
+MINFER_AVX2 void gather_k_run(const AttnRows& a, int64_t j, int64_t run, float* dst, int64_t ld) {
+    const int64_t first = k_elem(a, j);
+    for (int64_t d = 0; d < a.hd; ++d) {
+        const int64_t src = first + d * graph::kKBlockCells;
+        float* out = dst + d * ld;
+        int64_t l = 0;
+        for (; l + 8 <= run; l += 8) _mm256_storeu_ps(out + l, load8(a.f16, a.k, src + l));
+        for (; l < run; ++l)
+            out[l] = a.f16 ? _cvtsh_ss(static_cast<const uint16_t*>(a.k)[src + l])
+                           : static_cast<const float*>(a.k)[src + l];
     }
-    // Scores, their maximum.
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    int64_t j = 0;
-    for (; j < n_kv; ++j) {
-        const int64_t base = j * kv_row + off;
-        __m512 a0 = _mm512_mul_ps(qv[0], load16(f16, k, base));
-        __m512 a1 = _mm512_setzero_ps();
-        for (int i = 1; i < nv; i += 2) {
-            a1 = _mm512_fmadd_ps(qv[i], load16(f16, k, base + 16 * i), a1);
-            if (i + 1 < nv) a0 = _mm512_fmadd_ps(qv[i + 1], load16(f16, k, base + 16 * i + 16), a0);
-        }
-        s[j] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) * scale;
-    }
-    j = 0;
-    for (; j + 16 <= n_kv; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
-    float m = _mm512_reduce_max_ps(mx);
-    for (; j < n_kv; ++j) m = std::max(m, s[j]);
-    // Softmax: exp(s - max), the sum per 16 in float, then in double.
-    double sum = 0;
-    const __m512 vm = _mm512_set1_ps(m);
-    j = 0;
-    for (; j + 16 <= n_kv; j += 16) {
-        const __m512 e = simd::exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
-        _mm512_storeu_ps(s + j, e);
-        sum += static_cast<double>(_mm512_reduce_add_ps(e));
-    }
-    if (j < n_kv) {
-        const __mmask16 mask = static_cast<__mmask16>((1u << (n_kv - j)) - 1);
-        const __m512 e = _mm512_maskz_mov_ps(
-            mask, simd::exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + j), vm)));
-        _mm512_mask_storeu_ps(s + j, mask, e);
-        sum += static_cast<double>(_mm512_reduce_add_ps(e));
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    // out = sum_j p_j v_j.
-    __m512 acc[kMaxVecs];
-    for (int i = 0; i < nv; ++i) acc[i] = _mm512_setzero_ps();
-    for (j = 0; j < n_kv; ++j) {
-        float p = s[j] * inv;
-        if (f16) p = _cvtsh_ss(_cvtss_sh(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        const __m512 pv = _mm512_set1_ps(p);
-        const int64_t base = j * kv_row + off;
-        for (int i = 0; i < nv; ++i)
-            acc[i] = _mm512_fmadd_ps(pv, load16(f16, v, base + 16 * i), acc[i]);
-    }
-    for (int i = 0; i < nv; ++i) _mm512_storeu_ps(o + 16 * i, acc[i]);
+}
+// Keys [j0, j1) so: kt[d * ld + j - j0] = dim d of key j.
+void gather_k_dims(const AttnRows& a, int64_t j0, int64_t j1, float* kt, int64_t ld) {
+    for_each_kv_run(a, j0, j1,
+                    [&](int64_t j, int64_t run) { gather_k_run(a, j, run, kt + (j - j0), ld); });
 }
 
 // ---- many query rows at once (prompt chunks) ----
@@ -175,16 +151,13 @@ constexpr std::array<PvFn, kMaxVecs> pv_table(std::integer_sequence<int, NVs...>
 }
 constexpr auto kPv = pv_table(std::make_integer_sequence<int, kMaxVecs>{});
 
-// n rows of one contiguous run of cells (element offset `first` of the
-// region bases, rows of kv_row elements) as floats: hd elements each into
-// kf / vf.
-MINFER_AVX512 void gather_rows(bool f16, const void* k, const void* v, int64_t first,
-                               int64_t kv_row, int64_t n, int64_t hd, float* kf, float* vf) {
-    for (int64_t j = 0; j < n; ++j)
-        for (int64_t d = 0; d < hd; d += 16) {
-            _mm512_storeu_ps(kf + j * hd + d, load16(f16, k, first + j * kv_row + d));
-            _mm512_storeu_ps(vf + j * hd + d, load16(f16, v, first + j * kv_row + d));
-        }
+// V rows of keys [j, j + run), consecutive cells of one page, as floats:
+// hd elements each into vf.
+MINFER_AVX512 void gather_v_rows(const AttnRows& a, int64_t j, int64_t run, float* vf) {
+    const int64_t first = v_elem(a, j);
+    for (int64_t l = 0; l < run; ++l)
+        for (int64_t d = 0; d < a.hd; d += 16)
+            _mm512_storeu_ps(vf + l * a.hd + d, load16(a.f16, a.v, first + l * a.kv_row + d));
 }
 
 MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
@@ -193,29 +166,28 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
     for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
     const int64_t n_kv_pad = (n_kv_max + kKeysPerStep - 1) / kKeysPerStep * kKeysPerStep;
     // scratch: q^T [nrv][hd][16] | scores [n_kv_pad][nrv * 16] | row n_kv [nrv * 16]
-    // | K and V rows as floats [n_kv_pad][hd] each
+    // | K as floats in blocks of 32 keys, each dim-major [hd][32] (as the
+    // cache holds them) | V rows as floats [n_kv_pad][hd]
+    constexpr int64_t B = graph::kKBlockCells;
     float* qt = scratch;
     float* st = qt + nrv * hd * 16;
     const int64_t st_stride = nrv * 16;
     auto* row_kv = reinterpret_cast<int32_t*>(st + n_kv_pad * st_stride);
-    float* kf = reinterpret_cast<float*>(row_kv + st_stride);
-    float* vf = kf + n_kv_pad * hd;
+    float* kt = reinterpret_cast<float*>(row_kv + st_stride);
+    float* vf = kt + (n_kv_pad + B - 1) / B * B * hd;
 
     transpose_q_rows(a, 16, st_stride, qt, row_kv);
-    // K and V rows as floats, gathered page by page (each page a contiguous
-    // run of cells; an f16 cache is converted once per call). Rows past
-    // n_kv_max are zero (read only by the masked key steps).
-    for_each_kv_run(a, n_kv_max, [&](int64_t j0, int64_t first, int64_t run) {
-        gather_rows(a.f16, a.k, a.v, first, a.kv_row, run, hd, kf + j0 * hd, vf + j0 * hd);
-    });
-    for (int64_t j = n_kv_max; j < n_kv_pad; ++j)
-        for (int64_t d = 0; d < hd; d += 16) {
-            _mm512_storeu_ps(kf + j * hd + d, _mm512_setzero_ps());
-            _mm512_storeu_ps(vf + j * hd + d, _mm512_setzero_ps());
-        }
-    const float* kr = kf;
-    const float* vr = vf;
-    const int64_t k_stride = hd;
+    // K and V as floats, gathered run by run of consecutive cells (an f16
+    // cache is converted once per call). Keys past n_kv_max are zero (read
+    // only by the masked key steps).
+    for (int64_t j0 = 0; j0 < n_kv_max; j0 += B)
+        gather_k_dims(a, j0, std::min(j0 + B, n_kv_max), kt + j0 * hd, B);
+    for_each_kv_run(a, 0, n_kv_max,
+                    [&](int64_t j, int64_t run) { gather_v_rows(a, j, run, vf + j * hd); });
+    for (int64_t j = n_kv_max; j < n_kv_pad; ++j) {
+        for (int64_t d = 0; d < hd; ++d) kt[(j / B * hd + d) * B + j % B] = 0.0f;
+        for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(vf + j * hd + d, _mm512_setzero_ps());
+    }
     const __m512 vscale = _mm512_set1_ps(a.scale), ninf = _mm512_set1_ps(-INFINITY);
     for (int64_t rv = 0; rv < nrv; ++rv) {
         const float* q = qt + rv * hd * 16;
@@ -224,15 +196,12 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
         // row's n_kv are -inf (and never read from memory past n_kv_max).
         for (int64_t j = 0; j < n_kv_pad; j += kKeysPerStep) {
             __m512 acc[kKeysPerStep];
-            const float* kj[kKeysPerStep];
-            for (int u = 0; u < kKeysPerStep; ++u) {
-                acc[u] = _mm512_setzero_ps();
-                kj[u] = kr + std::min(j + u, n_kv_max - 1) * k_stride;
-            }
+            for (int u = 0; u < kKeysPerStep; ++u) acc[u] = _mm512_setzero_ps();
             for (int64_t d = 0; d < hd; ++d) {
                 const __m512 qd = _mm512_loadu_ps(q + d * 16);
+                const float* kd = kt + (j / B * hd + d) * B + j % B;  // 4 keys of one block
                 for (int u = 0; u < kKeysPerStep; ++u)
-                    acc[u] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kj[u][d]), acc[u]);
+                    acc[u] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kd[u]), acc[u]);
             }
             for (int u = 0; u < kKeysPerStep; ++u) {
                 const __mmask16 live = _mm512_cmpgt_epi32_mask(
@@ -242,7 +211,7 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
             }
         }
         // Softmax down each lane: the maximum, exp(s - max) with the sum of
-        // each 16 keys in float then in double (as attn_head_avx512), and
+        // each 16 keys in float then in double (as ggml's softmax), and
         // the probabilities (rounded to f16 for an f16 V, as ggml).
         __m512 mx = ninf;
         for (int64_t j = 0; j < n_kv_max; ++j)
@@ -274,7 +243,7 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
     float* outs[kMaxRows];
     for (int64_t r = 0; r < rows; ++r)
         outs[r] = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
-    kPv[static_cast<size_t>(hd / 16 - 1)](st, st_stride, rows, row_kv, vr, k_stride, outs);
+    kPv[static_cast<size_t>(hd / 16 - 1)](st, st_stride, rows, row_kv, vf, hd, outs);
 }
 
 // ---- AVX2 (256-bit, FMA, F16C): the same two kernels, 8 lanes ----
@@ -284,134 +253,28 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
 // done by small functions over a contiguous run of rows (a row pointer and
 // a count), so a loop over non-contiguous runs (cache pages) can wrap them.
 
-#define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-MINFER_AVX2 inline __m256 load8(bool f16, const void* base, int64_t i) {
-    if (f16)
-        return _mm256_cvtph_ps(_mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i)));
-    return _mm256_loadu_ps(static_cast<const float*>(base) + i);
-}
-
 MINFER_AVX2 inline __m256 round_f16_8(__m256 x) {
     return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-MINFER_AVX2 inline float hsum8(__m256 x) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-MINFER_AVX2 inline float hmax8(__m256 x) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-constexpr int kMaxVecs8 = 2 * kMaxVecs;  // head_dim <= 256 in 8-float vectors
-
-// Scores of one query against `count` contiguous key rows (k: the first
-// row's head slice, rows kv_row elements apart): s[j] = q . k_j * scale.
-MINFER_AVX2 void head_scores_run_avx2(bool f16, const __m256* qv, int nv, const void* k,
-                                      int64_t kv_row, int64_t count, float scale, float* s) {
-    for (int64_t j = 0; j < count; ++j) {
-        const int64_t base = j * kv_row;
-        __m256 a0 = _mm256_mul_ps(qv[0], load8(f16, k, base));
-        __m256 a1 = _mm256_mul_ps(qv[1], load8(f16, k, base + 8));
-        for (int i = 2; i < nv; i += 2) {
-            a0 = _mm256_fmadd_ps(qv[i], load8(f16, k, base + 8 * i), a0);
-            a1 = _mm256_fmadd_ps(qv[i + 1], load8(f16, k, base + 8 * i + 8), a1);
-        }
-        s[j] = hsum8(_mm256_add_ps(a0, a1)) * scale;
-    }
-}
-
-// acc[0..nv) += sum_j p_j v_j over `count` contiguous value rows (v: the
-// first row's head slice); p already normalized (and f16-rounded).
-MINFER_AVX2 void head_pv_run_avx2(bool f16, const float* p, const void* v, int64_t kv_row,
-                                  int64_t count, int nv, __m256* acc) {
-    for (int64_t j = 0; j < count; ++j) {
-        const __m256 pv = _mm256_set1_ps(p[j]);
-        const int64_t base = j * kv_row;
-        for (int i = 0; i < nv; ++i)
-            acc[i] = _mm256_fmadd_ps(pv, load8(f16, v, base + 8 * i), acc[i]);
-    }
-}
-
-// Element pointer of row `row`, element `off` of a region of f32 or f16.
-inline const void* kv_at(bool f16, const void* base, int64_t kv_row, int64_t row, int64_t off) {
-    const int64_t e = row * kv_row + off;
-    return f16 ? static_cast<const void*>(static_cast<const uint16_t*>(base) + e)
-               : static_cast<const void*>(static_cast<const float*>(base) + e);
-}
-
-MINFER_AVX2 void attn_head_avx2(bool f16, const float* q, const void* k, const void* v,
-                                int64_t kv_row, int64_t off, int64_t n_kv, int64_t hd, float scale,
-                                float* s, float* o) {
-    const int nv = static_cast<int>(hd / 8);  // even: hd % 16 == 0
-    __m256 qv[kMaxVecs8];
-    for (int i = 0; i < nv; ++i) {
-        qv[i] = _mm256_loadu_ps(q + 8 * i);
-        if (f16) qv[i] = round_f16_8(qv[i]);
-    }
-    // Scores (one contiguous run here), their maximum.
-    head_scores_run_avx2(f16, qv, nv, kv_at(f16, k, kv_row, 0, off), kv_row, n_kv, scale, s);
-    __m256 mx = _mm256_set1_ps(-INFINITY);
-    int64_t j = 0;
-    for (; j + 8 <= n_kv; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
-    float m = hmax8(mx);
-    for (; j < n_kv; ++j) m = std::max(m, s[j]);
-    // Softmax: exp(s - max), the sum per 16 in float, then in double.
-    double sum = 0;
-    const __m256 vm = _mm256_set1_ps(m);
-    for (j = 0; j < n_kv; j += 16) {
-        __m256 part = _mm256_setzero_ps();
-        for (int64_t h = j; h < std::min(n_kv, j + 16); h += 8) {
-            const int64_t left = n_kv - h;
-            if (left >= 8) {
-                const __m256 e = simd::exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(s + h), vm));
-                _mm256_storeu_ps(s + h, e);
-                part = _mm256_add_ps(part, e);
-            } else {
-                alignas(32) float t[8];
-                for (int u = 0; u < 8; ++u) t[u] = u < left ? s[h + u] : -INFINITY;
-                const __m256 e = simd::exp8_ps(_mm256_sub_ps(_mm256_load_ps(t), vm));
-                _mm256_store_ps(t, e);
-                for (int u = 0; u < left; ++u) s[h + u] = t[u];
-                part = _mm256_add_ps(part, e);
-            }
-        }
-        sum += static_cast<double>(hsum8(part));
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (j = 0; j < n_kv; ++j) {
-        float p = s[j] * inv;
-        if (f16) p = _cvtsh_ss(_cvtss_sh(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        s[j] = p;
-    }
-    // out = sum_j p_j v_j, at most 8 vectors of the head in registers at a time.
-    for (int c0 = 0; c0 < nv; c0 += 8) {
-        const int nc = std::min(8, nv - c0);
-        __m256 acc[8];
-        for (int i = 0; i < nc; ++i) acc[i] = _mm256_setzero_ps();
-        head_pv_run_avx2(f16, s, kv_at(f16, v, kv_row, 0, off + 8 * c0), kv_row, n_kv, nc, acc);
-        for (int i = 0; i < nc; ++i) _mm256_storeu_ps(o + 8 * (c0 + i), acc[i]);
-    }
-}
-
-// Asks for the rows of keys [j0, j1) ahead of their use: rows of a head's
-// slice lie n_head_kv slices apart, a stride the hardware prefetchers follow
-// poorly (without this the K/V reads stalled on memory for a fifth of the
-// many-rows kernel's time at depth 4096).
-inline void prefetch_rows(const AttnRows& a, const void* base, int64_t j0, int64_t j1) {
+// Asks for the V rows of keys [j0, j1) ahead of their use: rows of a
+// head's slice lie n_head_kv slices apart, a stride the hardware
+// prefetchers follow poorly (without this the K/V reads stalled on memory
+// for a fifth of the many-rows kernel's time at depth 4096).
+inline void prefetch_v_rows(const AttnRows& a, int64_t j0, int64_t j1) {
     const int64_t es = a.f16 ? 2 : 4, bytes = a.hd * es;
     for (int64_t j = j0; j < j1; ++j) {
-        const char* row = static_cast<const char*>(base) + kv_elem(a, j) * es;
+        const char* row = static_cast<const char*>(a.v) + v_elem(a, j) * es;
         for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
     }
+}
+// The same for K: key j's block of this head (hd x kKBlockCells elements,
+// contiguous), so it is in cache when the scores reach it.
+inline void prefetch_k_block(const AttnRows& a, int64_t j) {
+    const int64_t es = a.f16 ? 2 : 4, bytes = a.hd * graph::kKBlockCells * es;
+    const int64_t cell0 = kv_cell(a, j) / graph::kKBlockCells * graph::kKBlockCells;
+    const char* blk = static_cast<const char*>(a.k) + graph::k_index(cell0, a.off, a.kv_row) * es;
+    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(blk + b, _MM_HINT_T0);
 }
 
 // ---- many query rows at once, 8 rows per vector ----
@@ -423,42 +286,56 @@ inline void prefetch_rows(const AttnRows& a, const void* base, int64_t j0, int64
 // L3 by every vector).
 constexpr int64_t kKeyBlock = 32;
 
-// Row pointers (floats) of keys [j0, j0 + n): into the cache (f32) or
-// converted into buf [n][hd] (f16); keys past n_kv_max repeat the last key
-// (their scores are masked, their probabilities never read).
-MINFER_AVX2 void key_block_rows(const AttnRows& a, const void* base, int64_t j0, int64_t n,
-                                int64_t n_kv_max, float* buf, const float** rows) {
-    prefetch_rows(a, base, j0 + n, std::min(j0 + 2 * n, n_kv_max));
+// K of keys [j0, j0 + n) (j0 a multiple of kKeyBlock) as floats,
+// dim-major [hd][kKeyBlock]: in place when the cache is f32 and the keys
+// are one K block of it, else converted into buf. Keys past n_kv_max (their
+// scores are masked) hold what the block holds, or zero in buf.
+static_assert(kKeyBlock == graph::kKBlockCells);
+MINFER_AVX2 const float* key_block_dims(const AttnRows& a, int64_t j0, int64_t n, int64_t n_kv_max,
+                                        float* buf) {
+    if (j0 + kKeyBlock < n_kv_max) prefetch_k_block(a, j0 + kKeyBlock);
+    if (!a.f16 && kv_cell(a, j0) % kKeyBlock == 0 && (!a.pages || a.page_cells % kKeyBlock == 0))
+        return static_cast<const float*>(a.k) + k_elem(a, j0);
+    const int64_t live = std::min(j0 + n, n_kv_max);
+    gather_k_dims(a, j0, live, buf, kKeyBlock);
+    for (int64_t d = 0; d < a.hd; ++d)
+        std::fill(buf + d * kKeyBlock + (live - j0), buf + d * kKeyBlock + n, 0.0f);
+    return buf;
+}
+
+// Row pointers (floats) of the V rows of keys [j0, j0 + n): into the cache
+// (f32) or converted into buf [n][hd] (f16).
+MINFER_AVX2 void value_block_rows(const AttnRows& a, int64_t j0, int64_t n, int64_t n_kv_max,
+                                  float* buf, const float** rows) {
+    prefetch_v_rows(a, j0 + n, std::min(j0 + 2 * n, n_kv_max));
     for (int64_t l = 0; l < n; ++l) {
-        const int64_t e = kv_elem(a, std::min(j0 + l, n_kv_max - 1));
+        const int64_t e = v_elem(a, j0 + l);
         if (!a.f16) {
-            rows[l] = static_cast<const float*>(base) + e;
+            rows[l] = static_cast<const float*>(a.v) + e;
             continue;
         }
         for (int64_t d = 0; d < a.hd; d += 8)
-            _mm256_storeu_ps(buf + l * a.hd + d, load8(true, base, e + d));
+            _mm256_storeu_ps(buf + l * a.hd + d, load8(true, a.v, e + d));
         rows[l] = buf + l * a.hd;
     }
 }
 
-// Scores of one 8-row block against keys [j0, j0 + count) (k[l]: key j0 +
-// l's row; count a multiple of kKeysPerStep): st[j][lane] = q_lane . k_j *
-// scale (one FMA chain over d), or -inf for keys at or past the lane's n_kv.
-MINFER_AVX2 void rows_scores_block_avx2(const float* qt, int64_t hd, const float* const* k,
-                                        int64_t j0, int64_t count, __m256i lane_kv, float scale,
-                                        float* st, int64_t st_stride) {
+// Scores of one 8-row block against keys [j0, j0 + count) (kt: their K,
+// dim-major [hd][kKeyBlock]; count a multiple of kKeysPerStep): st[j][lane]
+// = q_lane . k_j * scale (one FMA chain over d), or -inf for keys at or
+// past the lane's n_kv.
+MINFER_AVX2 void rows_scores_block_avx2(const float* qt, int64_t hd, const float* kt, int64_t j0,
+                                        int64_t count, __m256i lane_kv, float scale, float* st,
+                                        int64_t st_stride) {
     const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < count; j += kKeysPerStep) {
         __m256 acc[kKeysPerStep];
-        const float* kj[kKeysPerStep];
-        for (int u = 0; u < kKeysPerStep; ++u) {
-            acc[u] = _mm256_setzero_ps();
-            kj[u] = k[j + u];
-        }
+        for (int u = 0; u < kKeysPerStep; ++u) acc[u] = _mm256_setzero_ps();
         for (int64_t d = 0; d < hd; ++d) {
             const __m256 qd = _mm256_loadu_ps(qt + d * 8);
+            const float* kd = kt + d * kKeyBlock + j;
             for (int u = 0; u < kKeysPerStep; ++u)
-                acc[u] = _mm256_fmadd_ps(qd, _mm256_broadcast_ss(kj[u] + d), acc[u]);
+                acc[u] = _mm256_fmadd_ps(qd, _mm256_broadcast_ss(kd + u), acc[u]);
         }
         for (int u = 0; u < kKeysPerStep; ++u) {
             const int64_t key = j0 + j + u;
@@ -508,21 +385,21 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
     const int64_t n_kv_pad = (n_kv_max + kKeysPerStep - 1) / kKeysPerStep * kKeysPerStep;
     // scratch (fits attn_rows_scratch_floats, sized for 16 lanes): q^T
     // [nrv][hd][8] | scores [n_kv_pad][nrv * 8] | row n_kv [nrv * 8] | one
-    // key block of K or V rows as floats [kKeyBlock][hd]
+    // key block of K or V as floats ([hd][kKeyBlock] or [kKeyBlock][hd])
     float* qt = scratch;
     float* st = qt + nrv * hd * 8;
     const int64_t st_stride = nrv * 8;
     auto* row_kv = reinterpret_cast<int32_t*>(st + n_kv_pad * st_stride);
     float* buf = reinterpret_cast<float*>(row_kv + st_stride);
-    const float* kv_rows[kKeyBlock];
+    const float* v_rows[kKeyBlock];
 
     transpose_q_rows(a, 8, st_stride, qt, row_kv);
     for (int64_t j0 = 0; j0 < n_kv_pad; j0 += kKeyBlock) {
         const int64_t n = std::min(kKeyBlock, n_kv_pad - j0);
-        key_block_rows(a, a.k, j0, n, n_kv_max, buf, kv_rows);
+        const float* kt = key_block_dims(a, j0, n, n_kv_max, buf);
         for (int64_t rv = 0; rv < nrv; ++rv)
             rows_scores_block_avx2(
-                qt + rv * hd * 8, hd, kv_rows, j0, n,
+                qt + rv * hd * 8, hd, kt, j0, n,
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_kv + rv * 8)), a.scale,
                 st + rv * 8, st_stride);
     }
@@ -563,14 +440,14 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
         outs[r] = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
     for (int64_t j0 = 0; j0 < n_kv_max; j0 += kKeyBlock) {
         const int64_t n = std::min(kKeyBlock, n_kv_max - j0);
-        key_block_rows(a, a.v, j0, n, n_kv_max, buf, kv_rows);
+        value_block_rows(a, j0, n, n_kv_max, buf, v_rows);
         for (int64_t r0 = 0; r0 < rows; r0 += kPvRows) {
             const int nr = static_cast<int>(std::min<int64_t>(kPvRows, rows - r0));
             int64_t n_kv = 0;
             for (int i = 0; i < nr; ++i) n_kv = std::max<int64_t>(n_kv, row_kv[r0 + i]);
             const int64_t count = std::min(n, n_kv - j0);
             if (count > 0)
-                kRowsPv[static_cast<size_t>(nr - 1)](st + r0, st_stride, kv_rows, j0, count, hd,
+                kRowsPv[static_cast<size_t>(nr - 1)](st + r0, st_stride, v_rows, j0, count, hd,
                                                      outs + r0);
         }
     }
@@ -580,112 +457,97 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
 // A decode token brings `group` rows (2 for qwen3), which would fill 2 of
 // the 8 or 16 lanes of the many-rows kernels and make them convert and
 // copy the whole K/V run for a few FMAs per key. Here 8 keys (16 at
-// AVX-512) share a vector instead: an 8 x 8 block (8 keys, 8 dims) is
-// loaded straight from the cache, converted and transposed in registers
-// (two such blocks at AVX-512, see load_2x8), and each row's scores
-// take one FMA per dim: per (row, key) the same FMA chain as the many-rows
-// kernels (d ascending from zero, then times scale), the same softmax sums
-// (each 16 keys in float in key order, then in double) and the same P V
-// chain per output (keys ascending from zero). So a token's output is
-// bitwise the same whichever kernel its pass picks (batch invariance).
-// At most kFewRows rows at the AVX2 level (16 registers), kFewRowsWide at
-// AVX-512 (32 registers; Qwen2.5's 7-head groups fit).
-constexpr int64_t kFewRows = 4, kFewRowsWide = 8;
+// AVX-512) share a vector instead: the cache holds one dim of a head over
+// consecutive cells side by side (graph/kv_layout.h), so a vector of keys
+// is one load (and conversion) per dim, and each row's scores take one FMA
+// per dim: per (row, key) the same FMA chain as the many-rows kernels (d
+// ascending from zero, then times scale), the same softmax sums (each 16
+// keys in float in key order, then in double) and the same P V chain per
+// output (keys ascending from zero). So a token's output is bitwise the
+// same whichever kernel its pass picks (batch invariance).
+// At most kFewRows rows (Qwen2.5's 7-head groups fit): R accumulators a
+// vector of keys, a vector of K and a broadcast q fit AVX2's 16 registers.
+constexpr int64_t kFewRows = 8;
 
-// st[r][j] (row stride sst) = q_r . k_j * scale for keys [0, n_kv_pad8),
-// -inf past row r's key count; qr [rows][hd] already f16-rounded as needed.
+// st[r][j] (row stride sst) = q_r . k_j * scale for keys [0, n_kv_max)
+// rounded up to a K block, -inf past row r's key count; qr [rows][hd]
+// already f16-rounded as needed. A step takes NB vectors of 8 keys (j0 a
+// multiple of 8 * NB: consecutive cells of one K block, as pages hold whole
+// blocks), so 2R..4R independent FMA chains keep the FMA units busy (R
+// chains alone would wait on each FMA's latency). Keys past n_kv_max read
+// whatever their cells hold and are masked.
 template <int R>  // R rows: a constant, so the accumulators stay in registers
 MINFER_AVX2 void few_rows_scores_avx2(const AttnRows& a, const float* qr, const int32_t* row_kv,
                                       int64_t n_kv_max, float* st, int64_t sst) {
+    constexpr int NB = R <= 2   ? 4
+                       : R <= 4 ? 2
+                                : 1;  // NB * R accumulators, NB keys: <= 13 registers
+    constexpr int64_t B = graph::kKBlockCells;
+    static_assert(B % (8 * NB) == 0);
     const int64_t hd = a.hd;
     const __m256 vscale = _mm256_set1_ps(a.scale), ninf = _mm256_set1_ps(-INFINITY);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int64_t j0 = 0; j0 < n_kv_max; j0 += 8) {
-        prefetch_rows(a, a.k, std::min(j0 + 32, n_kv_max), std::min(j0 + 40, n_kv_max));
-        int64_t e[8];  // rows past n_kv_max repeat the last key (masked below)
-        for (int l = 0; l < 8; ++l) e[l] = kv_elem(a, std::min(j0 + l, n_kv_max - 1));
-        __m256 acc[R];
-        for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-        for (int64_t d0 = 0; d0 < hd; d0 += 8) {
-            __m256i kd[8];
-            for (int l = 0; l < 8; ++l) kd[l] = _mm256_castps_si256(load8(a.f16, a.k, e[l] + d0));
-            simd::transpose8x8(kd);  // kd[i]: dim d0 + i of the 8 keys
-            for (int i = 0; i < 8; ++i)
-                for (int r = 0; r < R; ++r)
-                    acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(qr + r * hd + d0 + i),
-                                             _mm256_castsi256_ps(kd[i]), acc[r]);
+    for (int64_t j0 = 0; j0 < n_kv_max; j0 += 8 * NB) {
+        if (j0 % B == 0 && j0 + B < n_kv_max) prefetch_k_block(a, j0 + B);
+        const int64_t first = k_elem(a, j0);
+        __m256 acc[NB][R];
+        for (int b = 0; b < NB; ++b)
+            for (int r = 0; r < R; ++r) acc[b][r] = _mm256_setzero_ps();
+        for (int64_t d = 0; d < hd; ++d) {
+            __m256 kd[NB];
+            for (int b = 0; b < NB; ++b) kd[b] = load8(a.f16, a.k, first + d * B + 8 * b);
+            for (int r = 0; r < R; ++r) {
+                const __m256 qd = _mm256_broadcast_ss(qr + r * hd + d);
+                for (int b = 0; b < NB; ++b) acc[b][r] = _mm256_fmadd_ps(qd, kd[b], acc[b][r]);
+            }
         }
-        const __m256i key = _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int32_t>(j0)));
-        for (int r = 0; r < R; ++r) {
-            const __m256 live =
-                _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(row_kv[r]), key));
-            _mm256_storeu_ps(st + r * sst + j0,
-                             _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[r], vscale), live));
+        for (int b = 0; b < NB; ++b) {
+            const __m256i key =
+                _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int32_t>(j0 + 8 * b)));
+            for (int r = 0; r < R; ++r) {
+                const __m256 live =
+                    _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(row_kv[r]), key));
+                _mm256_storeu_ps(st + r * sst + j0 + 8 * b,
+                                 _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[b][r], vscale), live));
+            }
         }
     }
 }
 
-// The AVX-512 level's scores: 16 keys a vector. Row l of a step's 8
-// vectors holds 8 dims of two keys (one per 256-bit half), so that the
-// 8 x 8 transpose of each half and one 128-bit lane shuffle leave dim d0 + i
-// of keys j0 .. j0 + 15 in key order in one vector; per (row, key) the FMA
-// chain is the one above (and the many-rows kernels').
-MINFER_AVX512 inline __m512 load_2x8(bool f16, const void* base, int64_t ia, int64_t ib) {
-    if (f16) {
-        const auto* h = static_cast<const uint16_t*>(base);
-        const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + ia));
-        const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + ib));
-        return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
-    }
-    const auto* f = static_cast<const float*>(base);
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(f + ia)),
-                              _mm256_loadu_ps(f + ib), 1);
-}
-
+// The AVX-512 level's scores: a whole K block a step (2 vectors of 16
+// keys, 2R chains), the same FMA chain per (row, key).
 template <int R>
 MINFER_AVX512 void few_rows_scores_avx512(const AttnRows& a, const float* qr, const int32_t* row_kv,
                                           int64_t n_kv_max, float* st, int64_t sst) {
+    constexpr int NB = 2;
+    constexpr int64_t B = graph::kKBlockCells;
+    static_assert(B == 16 * NB);
     const int64_t hd = a.hd;
     const __m512 vscale = _mm512_set1_ps(a.scale), ninf = _mm512_set1_ps(-INFINITY);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    for (int64_t j0 = 0; j0 < n_kv_max; j0 += 16) {
-        prefetch_rows(a, a.k, std::min(j0 + 32, n_kv_max), std::min(j0 + 48, n_kv_max));
-        int64_t e[16];  // rows past n_kv_max repeat the last key (masked below)
-        for (int l = 0; l < 16; ++l) e[l] = kv_elem(a, std::min(j0 + l, n_kv_max - 1));
-        __m512 acc[R];
-        for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-        for (int64_t d0 = 0; d0 < hd; d0 += 8) {
-            // vector l: keys (l, l + 4) for l < 4, (l + 4, l + 8) after
-            __m512i kd[8];
-            for (int l = 0; l < 8; ++l) {
-                const int ka = l < 4 ? l : l + 4;
-                kd[l] = _mm512_castps_si512(load_2x8(a.f16, a.k, e[ka] + d0, e[ka + 4] + d0));
+    for (int64_t j0 = 0; j0 < n_kv_max; j0 += B) {
+        if (j0 + B < n_kv_max) prefetch_k_block(a, j0 + B);
+        const int64_t first = k_elem(a, j0);
+        __m512 acc[NB][R];
+        for (int b = 0; b < NB; ++b)
+            for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < hd; ++d) {
+            __m512 kd[NB];
+            for (int b = 0; b < NB; ++b) kd[b] = load16(a.f16, a.k, first + d * B + 16 * b);
+            for (int r = 0; r < R; ++r) {
+                const __m512 qd = _mm512_set1_ps(qr[r * hd + d]);
+                for (int b = 0; b < NB; ++b) acc[b][r] = _mm512_fmadd_ps(qd, kd[b], acc[b][r]);
             }
-            __m512i t[8], u[8];
-            for (int i = 0; i < 8; i += 2) {
-                t[i] = _mm512_unpacklo_epi32(kd[i], kd[i + 1]);
-                t[i + 1] = _mm512_unpackhi_epi32(kd[i], kd[i + 1]);
-            }
-            for (int i = 0; i < 8; i += 4) {
-                u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-                u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-                u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-                u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-            }
-            for (int i = 0; i < 4; ++i) {  // kd[i]: dim d0 + i of the 16 keys
-                kd[i] = _mm512_shuffle_i32x4(u[i], u[i + 4], _MM_SHUFFLE(2, 0, 2, 0));
-                kd[i + 4] = _mm512_shuffle_i32x4(u[i], u[i + 4], _MM_SHUFFLE(3, 1, 3, 1));
-            }
-            for (int i = 0; i < 8; ++i)
-                for (int r = 0; r < R; ++r)
-                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(qr[r * hd + d0 + i]),
-                                             _mm512_castsi512_ps(kd[i]), acc[r]);
         }
-        const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(j0)));
-        for (int r = 0; r < R; ++r) {
-            const __mmask16 live = _mm512_cmplt_epi32_mask(key, _mm512_set1_epi32(row_kv[r]));
-            _mm512_storeu_ps(st + r * sst + j0,
-                             _mm512_mask_blend_ps(live, ninf, _mm512_mul_ps(acc[r], vscale)));
+        for (int b = 0; b < NB; ++b) {
+            const __m512i key =
+                _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(j0 + 16 * b)));
+            for (int r = 0; r < R; ++r) {
+                const __mmask16 live = _mm512_cmplt_epi32_mask(key, _mm512_set1_epi32(row_kv[r]));
+                _mm512_storeu_ps(
+                    st + r * sst + j0 + 16 * b,
+                    _mm512_mask_blend_ps(live, ninf, _mm512_mul_ps(acc[b][r], vscale)));
+            }
         }
     }
 }
@@ -759,39 +621,38 @@ void few_rows_pv_run(const AttnRows& a, const float* p, int64_t sp, int64_t n_kv
     int64_t e[kBlock];
     for (int64_t j0 = 0; j0 < n_kv; j0 += kBlock) {
         const int64_t j1 = std::min(n_kv, j0 + kBlock);
-        prefetch_rows(a, a.v, j1, std::min(n_kv, j1 + kBlock));
-        for (int64_t j = j0; j < j1; ++j) e[j - j0] = kv_elem(a, j);
+        prefetch_v_rows(a, j1, std::min(n_kv, j1 + kBlock));
+        for (int64_t j = j0; j < j1; ++j) e[j - j0] = v_elem(a, j);
         int c0 = 0;
         for (; c0 + NC <= nv; c0 += NC) Block(a, p, sp, e, j0, j1, c0, out);
         for (; c0 < nv; ++c0) One(a, p, sp, e, j0, j1, c0, out);
     }
 }
 
-// The level's scores and P V kernels for `rows` rows (1 .. kFewRows, or
-// kFewRowsWide at AVX-512).
+// The level's scores and P V kernels for `rows` rows (1 .. kFewRows).
 template <int R>
 void few_rows_scores_r(bool wide, const AttnRows& a, const float* qr, const int32_t* row_kv,
                        int64_t n_kv_max, float* st, int64_t sst) {
-    if constexpr (R <= kFewRows)
-        if (!wide) return few_rows_scores_avx2<R>(a, qr, row_kv, n_kv_max, st, sst);
-    MINFER_ASSERT(wide);
-    few_rows_scores_avx512<R>(a, qr, row_kv, n_kv_max, st, sst);
+    if (wide)
+        few_rows_scores_avx512<R>(a, qr, row_kv, n_kv_max, st, sst);
+    else
+        few_rows_scores_avx2<R>(a, qr, row_kv, n_kv_max, st, sst);
 }
 template <int R>
 void few_rows_pv_r(bool wide, const AttnRows& a, const float* p, int64_t sp, int64_t n_kv,
                    float* const* out) {
     // Accumulators a row: AVX2 (16 registers) 4 vectors for 1-2 rows, 2 for
-    // 3-4; AVX-512 (32) 8 (a 128-dim head), 4 and 2 for 1-2, 3-4, 5-8 rows.
-    if constexpr (R <= kFewRows) {
-        constexpr int NC = R <= 2 ? 4 : 2;
-        if (!wide)
-            return few_rows_pv_run<NC, 8, &few_rows_pv_block_avx2<NC, R>,
-                                   &few_rows_pv_block_avx2<1, R>>(a, p, sp, n_kv, out);
+    // 3-4, 1 for 5-8; AVX-512 (32) 8 (a 128-dim head), 4 and 2 for 1-2,
+    // 3-4, 5-8 rows.
+    if (wide) {
+        constexpr int NC = R <= 2 ? 8 : R <= 4 ? 4 : 2;
+        few_rows_pv_run<NC, 16, &few_rows_pv_block_avx512<NC, R>, &few_rows_pv_block_avx512<1, R>>(
+            a, p, sp, n_kv, out);
+    } else {
+        constexpr int NC = R <= 2 ? 4 : R <= 4 ? 2 : 1;
+        few_rows_pv_run<NC, 8, &few_rows_pv_block_avx2<NC, R>, &few_rows_pv_block_avx2<1, R>>(
+            a, p, sp, n_kv, out);
     }
-    MINFER_ASSERT(wide);
-    constexpr int NC = R <= 2 ? 8 : R <= 4 ? 4 : 2;
-    few_rows_pv_run<NC, 16, &few_rows_pv_block_avx512<NC, R>, &few_rows_pv_block_avx512<1, R>>(
-        a, p, sp, n_kv, out);
 }
 // Both kernels for each row count, kFewRowsKernels[rows - 1].
 struct FewRowsKernels {
@@ -802,25 +663,26 @@ template <int... Rs>
 constexpr auto few_rows_table(std::integer_sequence<int, Rs...>) {
     return std::array{FewRowsKernels{&few_rows_scores_r<Rs + 1>, &few_rows_pv_r<Rs + 1>}...};
 }
-constexpr auto kFewRowsKernels = few_rows_table(std::make_integer_sequence<int, kFewRowsWide>{});
+constexpr auto kFewRowsKernels = few_rows_table(std::make_integer_sequence<int, kFewRows>{});
 
-// The kernel for at most kFewRows rows (kFewRowsWide when `wide`).
+// The kernel for at most kFewRows rows.
 // `wide`: the AVX-512 level (16-key scores, 16-float P V, its exp), else
 // AVX2. Both give the same bits but for the exp, which is the level's
 // many-rows kernel's.
 MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide) {
     const int64_t hd = a.hd;
     const int rows = static_cast<int>(a.n_tokens * a.group);
-    MINFER_ASSERT(rows >= 1 && rows <= (wide ? kFewRowsWide : kFewRows));
+    MINFER_ASSERT(rows >= 1 && rows <= kFewRows);
     int64_t n_kv_max = 0;
-    int32_t row_kv[kFewRowsWide];
+    int32_t row_kv[kFewRows];
     for (int r = 0; r < rows; ++r) {
         row_kv[r] = a.n_kv[r / a.group];
         n_kv_max = std::max<int64_t>(n_kv_max, row_kv[r]);
     }
     // scratch (within attn_rows_scratch_floats): q rows [rows][hd] | scores
-    // [rows][sst], each row padded with -inf to a multiple of 16 keys
-    const int64_t sst = (n_kv_max + 15) / 16 * 16;
+    // [rows][sst], each row padded with -inf to a whole K block of keys
+    const int64_t sst =
+        (n_kv_max + graph::kKBlockCells - 1) / graph::kKBlockCells * graph::kKBlockCells;
     float* qr = scratch;
     float* st = qr + rows * hd;
     for (int r = 0; r < rows; ++r)
@@ -852,7 +714,7 @@ MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide) {
             _mm256_storeu_ps(s + j, p);
         }
     }
-    float* outs[kFewRowsWide];
+    float* outs[kFewRows];
     for (int r = 0; r < rows; ++r)
         outs[r] = a.out + (r / a.group) * a.out_stride + (r % a.group) * hd;
     kFewRowsKernels[static_cast<size_t>(rows - 1)].pv(wide, a, st, sst, n_kv_max, outs);
@@ -866,18 +728,10 @@ bool attn_simd_supported(int64_t hd) {
     return isa && hd > 0 && hd % 16 == 0 && hd / 16 <= kMaxVecs;
 }
 
-void attn_head_simd(bool f16, const float* q, const void* k, const void* v, int64_t kv_row,
-                    int64_t off, int64_t n_kv, int64_t hd, float scale, float* s, float* o) {
-    if (isa_at_least(IsaLevel::Avx512) && has_avx512())
-        attn_head_avx512(f16, q, k, v, kv_row, off, n_kv, hd, scale, s, o);
-    else
-        attn_head_avx2(f16, q, k, v, kv_row, off, n_kv, hd, scale, s, o);
-}
-
 void attn_rows_simd(const AttnRows& a, float* scratch) {
     MINFER_ASSERT(a.n_tokens * a.group <= kMaxRows);
     const bool avx512 = isa_at_least(IsaLevel::Avx512) && has_avx512();
-    if (a.n_tokens * a.group <= (avx512 ? kFewRowsWide : kFewRows))
+    if (a.n_tokens * a.group <= kFewRows)
         attn_few_rows(a, scratch, avx512);
     else if (avx512)
         attn_rows_avx512(a, scratch);
@@ -889,11 +743,6 @@ void attn_rows_simd(const AttnRows& a, float* scratch) {
 
 bool attn_simd_supported(int64_t) {
     return false;
-}
-
-void attn_head_simd(bool, const float*, const void*, const void*, int64_t, int64_t, int64_t,
-                    int64_t, float, float*, float*) {
-    MINFER_ASSERT_MSG(false, "attn_head_simd without AVX2");
 }
 
 void attn_rows_simd(const AttnRows&, float*) {

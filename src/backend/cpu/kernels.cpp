@@ -12,6 +12,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/vec_ops.h"
+#include "graph/kv_layout.h"
 #include "tensor/interleave.h"
 #include "util/error.h"
 
@@ -97,15 +98,35 @@ void add_row(const float* a, const float* b, float* y, int64_t n) {
 }
 
 // ---- the KV cache rows ---------------------------------------------------------
-// A region row is n_kv_embd elements of kv_type; F32 and F16 are supported.
+// A cell holds n_kv_embd elements of kv_type (F32 or F16): V rows are
+// contiguous, K cells element-major in blocks (graph/kv_layout.h).
 
-void store_kv_row(DType t, const float* src, void* region, int64_t row, int64_t n) {
+void store_v_row(DType t, const float* src, void* region, int64_t cell, int64_t n) {
     if (t == DType::F32) {
-        std::memcpy(static_cast<float*>(region) + row * n, src, static_cast<size_t>(n) * 4);
+        std::memcpy(static_cast<float*>(region) + cell * n, src, static_cast<size_t>(n) * 4);
     } else {
-        uint16_t* dst = static_cast<uint16_t*>(region) + row * n;
+        uint16_t* dst = static_cast<uint16_t*>(region) + cell * n;
         for (int64_t i = 0; i < n; ++i) dst[i] = tensor::fp32_to_fp16(src[i]);
     }
+}
+
+void store_k_row(DType t, const float* src, void* region, int64_t cell, int64_t n) {
+    const int64_t first = graph::k_index(cell, 0, n);
+    if (t == DType::F32) {
+        float* dst = static_cast<float*>(region) + first;
+        for (int64_t i = 0; i < n; ++i) dst[i * graph::kKBlockCells] = src[i];
+    } else {
+        uint16_t* dst = static_cast<uint16_t*>(region) + first;
+        for (int64_t i = 0; i < n; ++i) dst[i * graph::kKBlockCells] = tensor::fp32_to_fp16(src[i]);
+    }
+}
+
+// The K layout stores whole blocks of cells: a region of a part of a block
+// would be read and written past its end.
+void check_kv_region(const Node& node) {
+    if (node.meta.n_ctx % graph::kKBlockCells != 0)
+        throw Error("node '" + node.name + "': the KV regions' " + std::to_string(node.meta.n_ctx) +
+                    " cells are not a multiple of " + std::to_string(graph::kKBlockCells));
 }
 
 void head_norm_row(const float* x, const float* w, float* y, int64_t n_heads, int64_t head_dim,
@@ -213,14 +234,15 @@ void op_kv_store(const Node& node, const NodeData& data, ThreadPool&) {
     const int64_t n_kv_embd = int64_t{node.meta.n_head_kv} * node.meta.head_dim;
     MINFER_ASSERT(src_ne(node, data, 0)[0] == n_kv_embd && data.k && data.v);
     const auto* pos = static_cast<const int32_t*>(data.src[2]);
+    check_kv_region(node);
     check_positions(node, pos, n);
     const int32_t* cells = kv_cells(node, data, 3, pos, n);
     const auto* k = static_cast<const float*>(data.src[0]);
     const auto* v = static_cast<const float*>(data.src[1]);
     for (int64_t i = 0; i < n; ++i) {
         if (cells[i] < 0) continue;
-        store_kv_row(node.meta.kv_type, k + i * n_kv_embd, data.k, cells[i], n_kv_embd);
-        store_kv_row(node.meta.kv_type, v + i * n_kv_embd, data.v, cells[i], n_kv_embd);
+        store_k_row(node.meta.kv_type, k + i * n_kv_embd, data.k, cells[i], n_kv_embd);
+        store_v_row(node.meta.kv_type, v + i * n_kv_embd, data.v, cells[i], n_kv_embd);
     }
 }
 
@@ -249,8 +271,11 @@ KvPages kv_pages_of(const Node& node, const NodeData& data, const int32_t* pos, 
     KvPages kp;
     if (node.src.size() < 5) return kp;
     const auto& m = node.meta;
-    if (m.kv_page <= 0 || m.n_ctx % m.kv_page != 0)
-        throw Error("node '" + node.name + "': page tables need meta.kv_page dividing n_ctx");
+    // whole K blocks: the SIMD kernels read up to a block of keys from a
+    // multiple of its size as consecutive cells
+    if (m.kv_page <= 0 || m.kv_page % graph::kKBlockCells != 0 || m.n_ctx % m.kv_page != 0)
+        throw Error("node '" + node.name + "': page tables need meta.kv_page a multiple of " +
+                    std::to_string(graph::kKBlockCells) + " dividing n_ctx");
     kp.rows = static_cast<const int32_t*>(data.src[3]);
     kp.pages = static_cast<const int32_t*>(data.src[4]);
     kp.cells = m.kv_page;
@@ -282,6 +307,7 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
     MINFER_ASSERT(q_stride >= n_head * hd);
     const auto* q = static_cast<const float*>(data.src[0]);
     const auto* pos = static_cast<const int32_t*>(data.src[2]);
+    check_kv_region(node);
     check_positions(node, pos, n);
     const KvPages kp = kv_pages_of(node, data, pos, n);
     int32_t max_pos = 0;
@@ -374,14 +400,18 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
                     qf[d] = tensor::fp16_to_fp32(tensor::fp32_to_fp16(qh[d]));
                 const auto* kr = static_cast<const uint16_t*>(data.k);
                 for (int64_t j = 0; j < n_kv; ++j) {
-                    const uint16_t* kj = kr + kp.cell(tab, j) * kv_row + kvh * hd;
-                    for (int64_t d = 0; d < hd; ++d) rowf[d] = tensor::fp16_to_fp32(kj[d]);
+                    const uint16_t* kj = kr + graph::k_index(kp.cell(tab, j), kvh * hd, kv_row);
+                    for (int64_t d = 0; d < hd; ++d)
+                        rowf[d] = tensor::fp16_to_fp32(kj[d * graph::kKBlockCells]);
                     s[j] = dot_f32(qf, rowf, hd) * scale;
                 }
             } else {
                 const auto* kr = static_cast<const float*>(data.k);
-                for (int64_t j = 0; j < n_kv; ++j)
-                    s[j] = dot_f32(qh, kr + kp.cell(tab, j) * kv_row + kvh * hd, hd) * scale;
+                for (int64_t j = 0; j < n_kv; ++j) {
+                    const float* kj = kr + graph::k_index(kp.cell(tab, j), kvh * hd, kv_row);
+                    for (int64_t d = 0; d < hd; ++d) rowf[d] = kj[d * graph::kKBlockCells];
+                    s[j] = dot_f32(qh, rowf, hd) * scale;
+                }
             }
             // ggml_vec_soft_max_f32: exp in float, the sum in double.
             float mx = -INFINITY;
@@ -452,6 +482,7 @@ void op_qkv_epilogue(const Node& node, const NodeData& data, ThreadPool& pool) {
     const float* q_norm = biases ? nullptr : f32_weight(node, 0, hd);
     const float* k_norm = biases ? nullptr : f32_weight(node, 1, hd);
     const auto* pos = static_cast<const int32_t*>(data.src[1]);
+    check_kv_region(node);
     check_positions(node, pos, n);
     const int32_t* cells = kv_cells(node, data, 2, pos, n);
     const auto* x = static_cast<const float*>(data.src[0]);
@@ -473,8 +504,8 @@ void op_qkv_epilogue(const Node& node, const NodeData& data, ThreadPool& pool) {
             rope_row(q, m.n_head, hd, cs.data());
             rope_row(k, m.n_head_kv, hd, cs.data());
             if (cells[i] < 0) continue;  // a padding token
-            store_kv_row(m.kv_type, k, data.k, cells[i], n_kv);
-            store_kv_row(m.kv_type, v, data.v, cells[i], n_kv);
+            store_k_row(m.kv_type, k, data.k, cells[i], n_kv);
+            store_v_row(m.kv_type, v, data.v, cells[i], n_kv);
         }
     });
 }

@@ -89,46 +89,36 @@ bool attn_simd_supported(int64_t hd) {
     return isa_at_least(IsaLevel::Neon) && hd % 4 == 0 && hd >= 4 && hd <= kMaxHd;
 }
 
-void attn_head_simd(bool f16, const float* q, const void* k, const void* v, int64_t kv_row,
-                    int64_t off, int64_t n_kv, int64_t hd, float scale, float* s, float* o) {
-    attn_head_neon(f16, q, k, v, kv_row, off, n_kv, hd, scale, s, o);
-}
-
 // Row by row (token i, head h of the group): the decode kernel per row.
-// With a page table the keys and values of this KV head are first gathered
-// page by page (each page a contiguous run of cells) into the scratch, in
-// the cache's own element type, so the per-row kernel sees contiguous rows
-// and rounds through f16 exactly as it does on the region itself.
+// The keys and values of this KV head are first gathered run by run of
+// consecutive cells into the scratch as contiguous rows, in the cache's own
+// element type (K transposed back from its element-major blocks,
+// graph/kv_layout.h), so the per-row kernel rounds through f16 exactly as
+// it would on the region itself.
 // scratch (attn_rows_scratch_floats): scores [n_kv_max] | K rows | V rows.
 void attn_rows_simd(const AttnRows& a, float* scratch) {
     MINFER_ASSERT(a.n_tokens * a.group <= kAttnMaxRows);
     int64_t n_kv_max = 0;
     for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
-    const void* k = a.k;
-    const void* v = a.v;
-    int64_t kv_row = a.kv_row, off = a.off;
-    if (a.pages) {
-        const size_t elt = a.f16 ? sizeof(uint16_t) : sizeof(float);
-        auto* kg = reinterpret_cast<uint8_t*>(scratch + n_kv_max);
-        uint8_t* vg = kg + static_cast<size_t>(n_kv_max * a.hd) * elt;
-        const auto* kb = static_cast<const uint8_t*>(a.k);
-        const auto* vb = static_cast<const uint8_t*>(a.v);
-        for_each_kv_run(a, n_kv_max, [&](int64_t j0, int64_t first, int64_t run) {
-            for (int64_t j = 0; j < run; ++j) {
-                const size_t src = static_cast<size_t>(first + j * a.kv_row) * elt;
-                const size_t dst = static_cast<size_t>((j0 + j) * a.hd) * elt;
-                std::memcpy(kg + dst, kb + src, static_cast<size_t>(a.hd) * elt);
-                std::memcpy(vg + dst, vb + src, static_cast<size_t>(a.hd) * elt);
-            }
-        });
-        k = kg;
-        v = vg;
-        kv_row = a.hd;
-        off = 0;
-    }
+    const size_t elt = a.f16 ? sizeof(uint16_t) : sizeof(float);
+    auto* kg = reinterpret_cast<uint8_t*>(scratch + n_kv_max);
+    uint8_t* vg = kg + static_cast<size_t>(n_kv_max * a.hd) * elt;
+    const auto* kb = static_cast<const uint8_t*>(a.k);
+    const auto* vb = static_cast<const uint8_t*>(a.v);
+    for_each_kv_run(a, 0, n_kv_max, [&](int64_t j0, int64_t run) {
+        const int64_t k0 = k_elem(a, j0), v0 = v_elem(a, j0);
+        for (int64_t j = 0; j < run; ++j) {
+            const size_t dst = static_cast<size_t>((j0 + j) * a.hd) * elt;
+            for (int64_t d = 0; d < a.hd; ++d)
+                std::memcpy(kg + dst + static_cast<size_t>(d) * elt,
+                            kb + static_cast<size_t>(k0 + j + d * graph::kKBlockCells) * elt, elt);
+            std::memcpy(vg + dst, vb + static_cast<size_t>(v0 + j * a.kv_row) * elt,
+                        static_cast<size_t>(a.hd) * elt);
+        }
+    });
     for (int64_t r = 0; r < a.n_tokens * a.group; ++r) {
         const int64_t i = r / a.group, h = r % a.group;
-        attn_head_neon(a.f16, a.q + i * a.q_stride + h * a.hd, k, v, kv_row, off, a.n_kv[i], a.hd,
+        attn_head_neon(a.f16, a.q + i * a.q_stride + h * a.hd, kg, vg, a.hd, 0, a.n_kv[i], a.hd,
                        a.scale, scratch, a.out + i * a.out_stride + h * a.hd);
     }
 }
