@@ -956,6 +956,18 @@ struct AttnSetup {
     }
 };
 
+// fn throws a minfer::Error whose message holds `needle`.
+template <class Fn>
+void expect_error(Fn&& fn, const std::string& needle) {
+    try {
+        fn();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        return;
+    }
+    ADD_FAILURE() << "no minfer::Error thrown (expected one saying \"" << needle << "\")";
+}
+
 void kv_store(const AttnSetup& s, const float* k, const float* v, const int32_t* pos, int64_t n,
               std::vector<float>& K, std::vector<float>& V, ThreadPool& pool) {
     const int64_t kv = int64_t{s.n_head_kv} * s.hd;
@@ -1047,14 +1059,8 @@ TEST(CpuAttn, PositionPastContextThrowsAndWritesNothing) {
     auto k = random_floats(static_cast<size_t>(kv * 2), 1);
     std::vector<int32_t> pos = {31, 32};
     ThreadPool pool(1);
-    try {
-        kv_store(s, k.data(), k.data(), pos.data(), 2, K, V, pool);
-        FAIL() << "no throw";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("position 32 is past the context size 32"),
-                  std::string::npos)
-            << e.what();
-    }
+    expect_error([&] { kv_store(s, k.data(), k.data(), pos.data(), 2, K, V, pool); },
+                 "position 32 is past the context size 32");
     for (float f : K) EXPECT_EQ(f, 0.0f);
     pos = {-1, 0};
     EXPECT_THROW(kv_store(s, k.data(), k.data(), pos.data(), 2, K, V, pool), Error);
@@ -1071,14 +1077,8 @@ TEST(CpuAttn, RegionsOfPartBlocksAndPagesOfPartBlocksAreErrors) {
     auto k = random_floats(static_cast<size_t>(kv), 1);
     std::vector<int32_t> pos = {0};
     ThreadPool pool(1);
-    try {
-        kv_store(s, k.data(), k.data(), pos.data(), 1, K, V, pool);
-        FAIL() << "no throw";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("40 cells are not a multiple of 32"),
-                  std::string::npos)
-            << e.what();
-    }
+    expect_error([&] { kv_store(s, k.data(), k.data(), pos.data(), 1, K, V, pool); },
+                 "40 cells are not a multiple of 32");
     for (float f : K) EXPECT_EQ(f, 0.0f);
 
     s.n_ctx = 64;
@@ -1099,13 +1099,7 @@ TEST(CpuAttn, RegionsOfPartBlocksAndPagesOfPartBlocksAreErrors) {
                 {1, 1, 1, 1},
                 {1, 1, 1, 1},
                 {4, 1, 1, 1}}};
-    try {
-        cpu::run_node(node, d, pool);
-        FAIL() << "no throw";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("kv_page a multiple of 32"), std::string::npos)
-            << e.what();
-    }
+    expect_error([&] { cpu::run_node(node, d, pool); }, "kv_page a multiple of 32");
 }
 
 // ---- fusion -----------------------------------------------------------------------

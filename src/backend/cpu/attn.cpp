@@ -249,9 +249,7 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
 // ---- AVX2 (256-bit, FMA, F16C): the same two kernels, 8 lanes ----
 // Same split and arithmetic contract as the AVX-512 pair above: q (and with
 // an f16 cache the probabilities) rounded through f16 as ggml; the softmax
-// sums each 16 exponentials in float, then in double. The work over keys is
-// done by small functions over a contiguous run of rows (a row pointer and
-// a count), so a loop over non-contiguous runs (cache pages) can wrap them.
+// sums each 16 exponentials in float, then in double.
 
 MINFER_AVX2 inline __m256 round_f16_8(__m256 x) {
     return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -278,9 +276,10 @@ inline void prefetch_k_block(const AttnRows& a, int64_t j) {
 }
 
 // ---- many query rows at once, 8 rows per vector ----
-// Keys go in blocks of kKeyBlock: a block's K rows (and in the second pass
-// its V rows) are converted from an f16 cache into a small scratch, or read
-// in place from an f32 cache, so each is read from memory once per call and
+// Keys go in blocks of kKeyBlock (one K block of the cache): a block's K
+// (and in the second pass its V rows) is converted from an f16 cache into a
+// small scratch, or read in place from an f32 cache, so each is read from
+// memory once per call and
 // stays in L1 while every 8-row vector of the call uses it (the whole run
 // converted up front, 2 x 2 MB a KV head at depth 4096, was read back from
 // L3 by every vector).
