@@ -255,24 +255,30 @@ MINFER_AVX2 inline __m256 round_f16_8(__m256 x) {
     return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
+// Bytes of one cache element (f16 or f32).
+inline int64_t kv_elem_bytes(const AttnRows& a) {
+    return a.f16 ? 2 : 4;
+}
+// Asks for the cache lines of [p, p + bytes) ahead of their use.
+inline void prefetch_lines(const char* p, int64_t bytes) {
+    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+}
 // Asks for the V rows of keys [j0, j1) ahead of their use: rows of a
 // head's slice lie n_head_kv slices apart, a stride the hardware
 // prefetchers follow poorly (without this the K/V reads stalled on memory
 // for a fifth of the many-rows kernel's time at depth 4096).
 inline void prefetch_v_rows(const AttnRows& a, int64_t j0, int64_t j1) {
-    const int64_t es = a.f16 ? 2 : 4, bytes = a.hd * es;
-    for (int64_t j = j0; j < j1; ++j) {
-        const char* row = static_cast<const char*>(a.v) + v_elem(a, j) * es;
-        for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
-    }
+    const int64_t es = kv_elem_bytes(a);
+    for (int64_t j = j0; j < j1; ++j)
+        prefetch_lines(static_cast<const char*>(a.v) + v_elem(a, j) * es, a.hd * es);
 }
 // The same for K: key j's block of this head (hd x kKBlockCells elements,
 // contiguous), so it is in cache when the scores reach it.
 inline void prefetch_k_block(const AttnRows& a, int64_t j) {
-    const int64_t es = a.f16 ? 2 : 4, bytes = a.hd * graph::kKBlockCells * es;
+    const int64_t es = kv_elem_bytes(a);
     const int64_t cell0 = kv_cell(a, j) / graph::kKBlockCells * graph::kKBlockCells;
-    const char* blk = static_cast<const char*>(a.k) + graph::k_index(cell0, a.off, a.kv_row) * es;
-    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(blk + b, _MM_HINT_T0);
+    prefetch_lines(static_cast<const char*>(a.k) + graph::k_index(cell0, a.off, a.kv_row) * es,
+                   a.hd * graph::kKBlockCells * es);
 }
 
 // ---- many query rows at once, 8 rows per vector ----
@@ -486,7 +492,7 @@ MINFER_AVX2 void few_rows_scores_avx2(const AttnRows& a, const float* qr, const 
     const int64_t hd = a.hd;
     const __m256 vscale = _mm256_set1_ps(a.scale), ninf = _mm256_set1_ps(-INFINITY);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const int64_t es = a.f16 ? 2 : 4;
+    const int64_t es = kv_elem_bytes(a);
     for (int64_t j0 = 0; j0 < n_kv_max; j0 += 8 * NB) {
         const int64_t first = k_elem(a, j0);
         const int64_t jn = j0 / B * B + B;  // the next block, fetched a line per dim
@@ -496,9 +502,7 @@ MINFER_AVX2 void few_rows_scores_avx2(const AttnRows& a, const float* qr, const 
         for (int b = 0; b < NB; ++b)
             for (int r = 0; r < R; ++r) acc[b][r] = _mm256_setzero_ps();
         for (int64_t d = 0; d < hd; ++d) {
-            if (next)
-                for (int64_t by = 0; by < 8 * NB * es; by += 64)
-                    _mm_prefetch(next + d * B * es + by, _MM_HINT_T0);
+            if (next) prefetch_lines(next + d * B * es, 8 * NB * es);
             __m256 kd[NB];
             for (int b = 0; b < NB; ++b) kd[b] = load8(a.f16, a.k, first + d * B + 8 * b);
             for (int r = 0; r < R; ++r) {
@@ -530,7 +534,7 @@ MINFER_AVX512 void few_rows_scores_avx512(const AttnRows& a, const float* qr, co
     const int64_t hd = a.hd;
     const __m512 vscale = _mm512_set1_ps(a.scale), ninf = _mm512_set1_ps(-INFINITY);
     const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const int64_t es = a.f16 ? 2 : 4;
+    const int64_t es = kv_elem_bytes(a);
     for (int64_t j0 = 0; j0 < n_kv_max; j0 += B) {
         const int64_t first = k_elem(a, j0);
         const char* next =
@@ -539,9 +543,7 @@ MINFER_AVX512 void few_rows_scores_avx512(const AttnRows& a, const float* qr, co
         for (int b = 0; b < NB; ++b)
             for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
         for (int64_t d = 0; d < hd; ++d) {
-            if (next)
-                for (int64_t by = 0; by < B * es; by += 64)
-                    _mm_prefetch(next + d * B * es + by, _MM_HINT_T0);
+            if (next) prefetch_lines(next + d * B * es, B * es);
             __m512 kd[NB];
             for (int b = 0; b < NB; ++b) kd[b] = load16(a.f16, a.k, first + d * B + 16 * b);
             for (int r = 0; r < R; ++r) {
@@ -568,16 +570,14 @@ template <int NC, int R>
 MINFER_AVX512 void few_rows_pv_block_avx512(const AttnRows& a, const float* p, int64_t sp,
                                             const int64_t* e, const int64_t* en, int64_t n_next,
                                             int64_t j0, int64_t j1, int c0, float* const* out) {
-    const int64_t es = a.f16 ? 2 : 4;
+    const int64_t es = kv_elem_bytes(a);
     const char* vb = static_cast<const char*>(a.v);
     __m512 acc[R][NC];
     for (int r = 0; r < R; ++r)
         for (int u = 0; u < NC; ++u)
             acc[r][u] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(out[r] + 16 * (c0 + u));
     for (int64_t j = j0; j < j1; ++j) {
-        if (j - j0 < n_next)
-            for (int64_t b = 0; b < NC * 16 * es; b += 64)
-                _mm_prefetch(vb + (en[j - j0] + 16 * c0) * es + b, _MM_HINT_T0);
+        if (j - j0 < n_next) prefetch_lines(vb + (en[j - j0] + 16 * c0) * es, NC * 16 * es);
         __m512 pj[R];
         for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[r * sp + j]);
         for (int u = 0; u < NC; ++u) {
@@ -616,9 +616,7 @@ MINFER_AVX2 void few_rows_pv_block_avx2(const AttnRows& a, const float* p, int64
         for (int u = 0; u < NC; ++u)
             acc[r][u] = j0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(out[r] + 8 * (c0 + u));
     for (int64_t j = j0; j < j1; ++j) {
-        if (j - j0 < n_next)
-            for (int64_t b = 0; b < NC * 8 * es; b += 64)
-                _mm_prefetch(vb + (en[j - j0] + 8 * c0) * es + b, _MM_HINT_T0);
+        if (j - j0 < n_next) prefetch_lines(vb + (en[j - j0] + 8 * c0) * es, NC * 8 * es);
         __m256 vv[NC];
         for (int u = 0; u < NC; ++u) vv[u] = load8(F16, a.v, e[j - j0] + 8 * (c0 + u));
         for (int r = 0; r < R; ++r) {
@@ -658,7 +656,7 @@ void few_rows_pv_run(const AttnRows& a, const float* p, int64_t sp, int64_t n_kv
     for (int64_t j0 = 0; j0 < n_kv; j0 += kBlock) {
         const int64_t j1 = std::min(n_kv, j0 + kBlock);
         std::copy(en, en + (j1 - j0), e);
-        const int64_t n_next = std::max<int64_t>(0, std::min(n_kv, j1 + kBlock) - j1);
+        const int64_t n_next = std::min(n_kv - j1, kBlock);
         for (int64_t j = j1; j < j1 + n_next; ++j) en[j - j1] = v_elem(a, j);
         int c0 = 0;
         for (; c0 + NC <= nv; c0 += NC) Block(a, p, sp, e, en, n_next, j0, j1, c0, out);
