@@ -595,6 +595,42 @@ TEST(Engine, PromptJoiningDecodesIsPaddedByAFewTokensNotCut) {
     e.impl().check_pages();
 }
 
+// Sequences decode together: four prompts of 10 tokens take one pass, then
+// every pass has one decode token of each of them (8 samples: 8 passes,
+// not 1 + 7 * 4); a 28-token prompt arriving meanwhile shares a pass with
+// their four decode tokens (32, no padding) and decodes with them next.
+TEST(Engine, SequencesDecodeTogetherAndPromptsShareTheirPass) {
+    const model::Model& m = tiny();
+    std::mt19937 rng(13);
+    const auto n_vocab = static_cast<int32_t>(m.hp.n_vocab);
+    runtime::Engine e(m, small_options(1024, 64, 5));
+    auto submit = [&](int64_t n_prompt, int64_t n_predict) {
+        runtime::GenParams gp;
+        gp.prompt = random_tokens(rng, n_prompt, n_vocab);
+        gp.n_predict = n_predict;
+        gp.sampling.temp = 0.0f;
+        e.submit(gp, {});
+    };
+    for (int i = 0; i < 4; ++i) submit(10, 8);
+    // (decode tokens, prompt tokens) of each pass
+    std::vector<std::pair<int64_t, int64_t>> passes;
+    for (int i = 0; i < 32 && !e.idle(); ++i) {  // bounded: a bug fails, not hangs
+        if (passes.size() == 3) submit(28, 2);
+        const int64_t before = e.stats().steps;
+        e.step();
+        e.impl().check_pages();
+        const runtime::EngineStats st = e.stats();
+        if (st.steps > before)
+            passes.emplace_back(st.last_pass_decode_tokens, st.last_pass_prompt_tokens);
+    }
+    ASSERT_TRUE(e.idle());
+    const std::vector<std::pair<int64_t, int64_t>> want{{0, 40}, {4, 0}, {4, 0}, {4, 28},
+                                                        {5, 0},  {4, 0}, {4, 0}, {4, 0}};
+    EXPECT_EQ(passes, want);
+    EXPECT_EQ(e.stats().steps, 8);
+    EXPECT_EQ(e.stats().generated_tokens, 4 * 8 + 2);
+}
+
 TEST(Engine, CancelFreesPagesAtOnce) {
     runtime::Engine e(tiny(), small_options(512, 64, 4));
     runtime::GenParams gp;
@@ -695,6 +731,82 @@ TEST(Engine, ForkedSamplesSharePromptPages) {
     // computed only their partial last page, over the shared pages).
     const auto& first = rec.rows.at({id, 0, 99});
     for (int k = 1; k < 4; ++k) EXPECT_EQ(rec.rows.at({id, k, 99}), first) << k;
+}
+
+// Each sequence samples with its own seed and its own history: a request at
+// temperature 1 with a fixed seed and every penalty on (repeat, presence,
+// frequency) gives the same tokens alone and among other requests (other
+// prompts, seeds and penalties, arriving before and after it), and so does
+// each of its forks; the forks of one request differ from one another.
+TEST(Engine, EachSequenceSamplesWithItsOwnSeedAndHistory) {
+    const model::Model& m = tiny();
+    std::mt19937 rng(17);
+    const auto n_vocab = static_cast<int32_t>(m.hp.n_vocab);
+    const int64_t n_gen = 24;
+    auto params = [&](std::vector<int32_t> prompt, uint64_t seed, int32_t n_samples) {
+        runtime::GenParams gp;
+        gp.prompt = std::move(prompt);
+        gp.n_predict = n_gen;
+        gp.n_samples = n_samples;
+        // the tiny model's logits are far apart: a flat draw (no top-k,
+        // top-p, min-p; temperature 2) makes the seed and the penalties count
+        gp.sampling.temp = 2.0f;
+        gp.sampling.top_k = 0;
+        gp.sampling.top_p = 1.0f;
+        gp.sampling.min_p = 0.0f;
+        gp.sampling.seed = seed;
+        gp.sampling.repeat_penalty = 1.3f;
+        gp.sampling.repeat_last_n = -1;
+        gp.presence_penalty = 0.6f;
+        gp.frequency_penalty = 0.4f;
+        return gp;
+    };
+    using Samples = std::vector<std::vector<int32_t>>;
+    // Submits each request, runs the engine until idle; the samples of each.
+    auto run = [&](const std::vector<runtime::GenParams>& reqs) {
+        runtime::Engine e(m, small_options(2048, 64, 12));
+        std::vector<Samples> out(reqs.size());
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            out[i].resize(static_cast<size_t>(reqs[i].n_samples));
+            runtime::RequestCallbacks cb;
+            cb.on_token = [&out, i](const runtime::TokenEvent& ev) {
+                out[i][static_cast<size_t>(ev.sample)].push_back(ev.token);
+                return true;
+            };
+            e.submit(reqs[i], cb);
+        }
+        EXPECT_TRUE(steps_until_idle(e));
+        return out;
+    };
+    const runtime::GenParams one = params(random_tokens(rng, 12, n_vocab), 1234, 1);
+    const runtime::GenParams forks = params(random_tokens(rng, 30, n_vocab), 99, 4);
+    const Samples one_alone = run({one})[0];
+    const Samples forks_alone = run({forks})[0];
+    // Others: their own prompts (one shares the forks' first 20 tokens),
+    // seeds and penalties, and one copy of `one` under another seed.
+    std::vector<runtime::GenParams> mixed;
+    for (int i = 0; i < 3; ++i) {
+        runtime::GenParams o = params(random_tokens(rng, 5 + 9 * i, n_vocab), 7 + i, 1 + i % 2);
+        o.presence_penalty = 0.1f * static_cast<float>(i);
+        mixed.push_back(o);
+    }
+    mixed[1].prompt.assign(forks.prompt.begin(), forks.prompt.begin() + 20);
+    runtime::GenParams other_seed = one;
+    other_seed.sampling.seed = 4321;
+    mixed.push_back(other_seed);
+    mixed.insert(mixed.begin() + 1, one);
+    mixed.push_back(forks);
+    const std::vector<Samples> together = run(mixed);
+
+    ASSERT_EQ(one_alone[0].size(), static_cast<size_t>(n_gen));
+    EXPECT_EQ(together[1], one_alone) << "the request among others";
+    EXPECT_EQ(together.back(), forks_alone) << "the forks among others";
+    EXPECT_NE(together[4], one_alone) << "another seed draws other tokens";
+    for (size_t a = 0; a < forks_alone.size(); ++a) {
+        ASSERT_EQ(forks_alone[a].size(), static_cast<size_t>(n_gen));
+        for (size_t b = a + 1; b < forks_alone.size(); ++b)
+            EXPECT_NE(forks_alone[a], forks_alone[b]) << "forks " << a << " and " << b;
+    }
 }
 
 // Hundreds of sequences of random lengths, forks, cancels, and a cache so

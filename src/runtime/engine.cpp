@@ -692,6 +692,8 @@ bool Engine::Impl::step() {
     }
     scheduler.execute(g, alloc);
     ++stats.steps;
+    stats.last_pass_decode_tokens = n_decode;
+    stats.last_pass_prompt_tokens = n_real - n_decode;
 
     // KV written: advance, mark filled prompt pages ready.
     for (const Work& w : work) {

@@ -102,8 +102,12 @@ struct EngineStats {
     // that could have been (every prompt token but the last): hit rate =
     // hit / lookup. copied_cells: the part copied from running sequences.
     int64_t prefix_hit_tokens = 0, prefix_lookup_tokens = 0, copied_cells = 0;
-    int64_t prompt_tokens = 0, generated_tokens = 0;  // totals since start
-    int64_t steps = 0, graphs_built = 0, preemptions = 0;
+    int64_t prompt_tokens = 0, generated_tokens = 0;       // totals since start
+    int64_t steps = 0, graphs_built = 0, preemptions = 0;  // steps: forward passes run
+    // The last pass's tokens (padding not counted): decode tokens (one per
+    // sequence whose next sample follows from its single token in the pass)
+    // and prompt tokens (chunks of prompts still being computed).
+    int64_t last_pass_decode_tokens = 0, last_pass_prompt_tokens = 0;
     size_t activation_bytes = 0;  // activation memory held (all plans)
 };
 
