@@ -152,6 +152,7 @@ int cmd_batched_bench(int argc, char** argv, int first) {
     eo.n_batch = eng.batch_size;
     eo.n_threads = so.n_threads;
     eo.kv_type_k = eo.kv_type_v = so.kv_type;
+    eo.batch_invariant = so.batch_invariant;
     int64_t max_pl = 1;
     for (int64_t b : npl) max_pl = std::max(max_pl, b);
     eo.n_parallel = static_cast<int32_t>(max_pl);

@@ -123,6 +123,7 @@ int cmd_serve(int argc, char** argv, int first) {
     eo.kv_type_k = so.kv_type;
     eo.kv_type_v = so.kv_type;
     eo.prefix_cache = !no_prefix_cache;
+    eo.batch_invariant = so.batch_invariant;
     server.attach(model, eo);
     std::fprintf(stderr,
                  "minfer: serving %s as '%s' on http://%s:%d (-c %lld, -np %d%s); chat page at /\n",

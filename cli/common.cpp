@@ -1,11 +1,17 @@
 #include "common.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "backend/cpu/isa.h"
 #include "tensor/dtype.h"
 
 namespace minfer::cli {
+
+bool batch_invariant_from_env() {
+    const char* e = std::getenv("MINFER_BATCH_INVARIANT");
+    return e != nullptr && e[0] == '1';
+}
 
 void EngineFlags::add_to(ArgParser& p, bool with_ctx) {
     p.option({"-t", "--threads"}, &threads, "N", "threads (0 = the number of physical cores)");
@@ -22,6 +28,10 @@ void EngineFlags::add_to(ArgParser& p, bool with_ctx) {
            "keep the matmul weights in the file's layout (by default those of a type the CPU "
            "kernels read faster 16 rows at a time are regrouped at load: same bytes, the "
            "file's pages released)");
+    p.flag({"--batch-invariant"}, &batch_invariant,
+           "every matmul through the batched (GEMM) kernels, decode too: a sequence's logits "
+           "bitwise the same alone or batched whatever the weights' layout (slower decode; "
+           "default: MINFER_BATCH_INVARIANT=1)");
 }
 
 model::Model EngineFlags::load_model(const std::string& path) const {
@@ -36,6 +46,7 @@ runtime::SessionOptions EngineFlags::session_options() const {
     if (batch_size < 1) throw UsageError("-b must be >= 1");
     o.n_threads = threads;
     o.n_batch = batch_size;
+    o.batch_invariant = batch_invariant;
     auto t = tensor::dtype_from_name(kv_type);
     if (!t || (*t != tensor::DType::F32 && *t != tensor::DType::F16))
         throw UsageError("unsupported KV cache type '" + kv_type + "' (supported: f32, f16)");

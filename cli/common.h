@@ -10,6 +10,9 @@
 
 namespace minfer::cli {
 
+// MINFER_BATCH_INVARIANT=1 (read where the flags are made, not kept).
+bool batch_invariant_from_env();
+
 // -t, -c, -b, -ctk, --queue-layers: the engine's knobs, added to a parser.
 struct EngineFlags {
     int threads = 0;
@@ -19,6 +22,8 @@ struct EngineFlags {
     std::string kv_type_v;        // -ctv; empty = not given (follows -ctk); must equal -ctk
     std::string queue_layers;     // "A:B" — layers A..B-1 on the queue backend
     bool no_interleave = false;   // keep the weights in the file's layout
+    // --batch-invariant; MINFER_BATCH_INVARIANT=1 sets the default.
+    bool batch_invariant = batch_invariant_from_env();
 
     void add_to(ArgParser& p, bool with_ctx = true);
     // Fills the session options (n_ctx is set by the caller's context plan).

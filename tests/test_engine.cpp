@@ -1030,6 +1030,72 @@ TEST(Engine, QuantizedGreedyTextAloneAndBatched) {
     }
 }
 
+// The batch-invariant option (EngineOptions / SessionOptions; the CLI's
+// --batch-invariant, MINFER_BATCH_INVARIANT=1): Q8_0 weights in the file's
+// layout (not regrouped) take the GEMM when 4 sequences decode together but
+// the one-token dot products when one decodes alone, which sum in another
+// order; with the option on in both, every sampled logits row is bitwise
+// the alone one. Off, some rows differ (else this test could not fail).
+TEST(Engine, BatchInvariantOptionMakesPlainQuantizedWeightsBitwise) {
+    TinyModelSpec spec;
+    spec.weight_type = tensor::DType::Q8_0;
+    spec.n_ctx_train = 512;
+    const auto loaded = load(spec);
+    const model::Model& m = loaded->model;
+    bool plain = false;  // a weight whose one-token path is not the GEMM's
+    for (const auto& L : m.layers)
+        for (const tensor::TensorView* w : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down})
+            plain = plain || !cpu::matmul_batch_invariant(*w);
+    if (!plain) GTEST_SKIP() << "no Q8_0 GEMM at this kernel level: every count is invariant";
+    std::mt19937 rng(23);
+    const auto n_vocab = static_cast<int32_t>(m.hp.n_vocab);
+    const int n_seq = 4, n_gen = 6;
+    std::vector<std::vector<int32_t>> prompts;
+    // 62 prompt tokens: one pass (64), then the four decode together
+    for (int i = 0; i < n_seq; ++i) prompts.push_back(random_tokens(rng, 8 + 5 * i, n_vocab));
+    std::map<bool, int> differing;  // rows unlike the alone ones, by the option
+    for (bool invariant : {false, true}) {
+        auto o = small_options(1024, 128, n_seq);
+        o.batch_invariant = invariant;
+        runtime::Engine e(m, o);
+        Recorder rec;
+        rec.attach(e);
+        std::vector<runtime::RequestId> ids;
+        for (const auto& p : prompts) {
+            runtime::GenParams gp;
+            gp.prompt = p;
+            gp.n_predict = n_gen;
+            gp.sampling.temp = 0.0f;
+            ids.push_back(e.submit(gp, {}));
+        }
+        ASSERT_TRUE(steps_until_idle(e));
+        ASSERT_EQ(e.stats().steps, n_gen) << "the four decode together";
+        for (int i = 0; i < n_seq; ++i) {
+            // Alone: the prompt in one pass, then one token a pass.
+            runtime::SessionOptions so;
+            so.n_ctx = 256;
+            so.n_threads = 2;
+            so.kv_type = tensor::DType::F32;
+            so.batch_invariant = invariant;
+            runtime::Session s(m, so);
+            const auto& prompt = prompts[static_cast<size_t>(i)];
+            std::vector<float> l = s.eval(prompt);
+            for (int g = 0; g < n_gen; ++g) {
+                const int64_t pos = static_cast<int64_t>(prompt.size()) - 1 + g;
+                const auto& row = rec.rows.at({ids[static_cast<size_t>(i)], 0, pos});
+                if (std::memcmp(row.data(), l.data(), l.size() * 4) != 0) {
+                    ++differing[invariant];
+                    break;  // the contexts may part from here on
+                }
+                const int32_t t = runtime::argmax(l);
+                if (g + 1 < n_gen) l = s.eval(std::vector<int32_t>{t});
+            }
+        }
+    }
+    EXPECT_GT(differing[false], 0) << "off: the decode's one-token kernels are not the GEMM";
+    EXPECT_EQ(differing[true], 0) << "on: every row bitwise the sequence's alone";
+}
+
 // minfer batched-bench -o json: one JSON object per line on stdout and
 // nothing else, llama-batched-bench's fields, pl an integer; the table on
 // stderr; exit 0. With -pps the shared prompt's full pages are mapped.

@@ -106,7 +106,7 @@ Engine::Impl::Impl(const model::Model& m, const EngineOptions& o) : model(m), op
     pool = std::make_unique<graph::KvPagePool>(n_pages);
     page_tokens.assign(static_cast<size_t>(n_pages), {});
 
-    cpu = std::make_unique<backend::CpuBackend>(opt.n_threads);
+    cpu = std::make_unique<backend::CpuBackend>(opt.n_threads, opt.batch_invariant);
     backends.push_back(cpu.get());
     cache = std::make_unique<graph::GraphCache>(backends, opt.planner);
     cparams.n_ctx = int64_t{n_pages + 1} * P;

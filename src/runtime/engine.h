@@ -43,6 +43,9 @@ struct EngineOptions {
     bool prefill_first = false;
     graph::FuseOptions fuse = graph::fuse_options_from_env();
     graph::Planner planner = graph::planner_from_env();
+    // Every matmul through the GEMM path (SessionOptions::batch_invariant):
+    // bitwise the logits of a sequence alone whatever the weights' layout.
+    bool batch_invariant = false;
     // End-of-generation tokens; empty: the model file's tokenizer's (none
     // when the file has no vocabulary).
     std::vector<int32_t> eog_ids;

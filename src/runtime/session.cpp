@@ -33,10 +33,10 @@ Session::Session(const model::Model& model, SessionOptions options)
 Session::~Session() = default;
 
 Session::Impl::Impl(const model::Model& model, const SessionOptions& o) : model(model) {
-    cpu = std::make_unique<backend::CpuBackend>(o.n_threads);
+    cpu = std::make_unique<backend::CpuBackend>(o.n_threads, o.batch_invariant);
     backends.push_back(cpu.get());
     if (o.queue_end_layer > o.queue_first_layer) {
-        queue = std::make_unique<backend::QueueBackend>();
+        queue = std::make_unique<backend::QueueBackend>(o.batch_invariant);
         backends.push_back(queue.get());
     }
     cache = std::make_unique<graph::GraphCache>(backends, o.planner);

@@ -28,6 +28,10 @@ struct SessionOptions {
     // Activation planner: arena (default) or the design's size classes
     // (MINFER_PLANNER=classes), so both can be measured.
     graph::Planner planner = graph::planner_from_env();
+    // Every matmul through the GEMM path, decode too: a token's logits do not
+    // depend on the pass's token count for any weight type or layout (see
+    // cpu::matmul). The CLI's default is MINFER_BATCH_INVARIANT=1.
+    bool batch_invariant = false;
 };
 
 struct SessionStats {

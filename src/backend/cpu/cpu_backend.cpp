@@ -22,7 +22,8 @@ cpu::NodeData resolve_node_data(HostPool& pool, const graph::Node& node,
     return d;
 }
 
-CpuBackend::CpuBackend(int n_threads) : threads_(n_threads) {}
+CpuBackend::CpuBackend(int n_threads, bool batch_invariant)
+    : threads_(n_threads), batch_invariant_(batch_invariant) {}
 
 void CpuBackend::write_host(const BufRef& dst, const void* src, size_t nbytes) {
     pool_.write(dst, src, nbytes);
@@ -39,7 +40,9 @@ bool CpuBackend::supports_op(const graph::Node&) const {
 void CpuBackend::execute_node(const graph::Node& node, std::span<const BufRef> srcs,
                               const BufRef& out, const KvPair* kv,
                               std::span<const std::array<int64_t, 4>> src_ne) {
-    cpu::run_node(node, resolve_node_data(pool_, node, srcs, out, kv, src_ne), threads_);
+    cpu::NodeData data = resolve_node_data(pool_, node, srcs, out, kv, src_ne);
+    data.batch_invariant = batch_invariant_;
+    cpu::run_node(node, data, threads_);
 }
 
 }  // namespace minfer::backend

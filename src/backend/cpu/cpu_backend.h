@@ -20,7 +20,9 @@ cpu::NodeData resolve_node_data(HostPool& pool, const graph::Node& node,
 
 class CpuBackend : public Backend {
   public:
-    explicit CpuBackend(int n_threads = 1);
+    // batch_invariant: every matmul takes the GEMM path at any token count
+    // (cpu::matmul), so a token's results do not depend on its pass's size.
+    explicit CpuBackend(int n_threads = 1, bool batch_invariant = false);
 
     std::string_view name() const override { return "cpu"; }
     BufferId allocate(size_t bytes) override { return pool_.allocate(bytes); }
@@ -43,6 +45,7 @@ class CpuBackend : public Backend {
   private:
     HostPool pool_;
     ThreadPool threads_;
+    bool batch_invariant_ = false;
 };
 
 }  // namespace minfer::backend

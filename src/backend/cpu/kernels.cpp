@@ -450,7 +450,7 @@ void op_matmul(const Node& node, const NodeData& data, ThreadPool& pool) {
     MINFER_ASSERT(w != nullptr && w->ne[1] == node.ne[0]);
     MatMulPart part{w, 0};
     matmul(&part, 1, static_cast<const float*>(data.src[0]), w->ne[0], node.ne[1],
-           static_cast<float*>(data.out), node.ne[0], pool);
+           static_cast<float*>(data.out), node.ne[0], pool, data.batch_invariant);
 }
 
 void op_fused_qkv(const Node& node, const NodeData& data, ThreadPool& pool) {
@@ -462,7 +462,7 @@ void op_fused_qkv(const Node& node, const NodeData& data, ThreadPool& pool) {
     MINFER_ASSERT(node.ne[0] == wq->ne[1] + wk->ne[1] + wv->ne[1]);
     const MatMulPart parts[3] = {{wq, 0}, {wk, wq->ne[1]}, {wv, wq->ne[1] + wk->ne[1]}};
     matmul(parts, 3, static_cast<const float*>(data.src[0]), wq->ne[0], node.ne[1],
-           static_cast<float*>(data.out), node.ne[0], pool);
+           static_cast<float*>(data.out), node.ne[0], pool, data.batch_invariant);
 }
 
 // In place on the q|k|v rows. weights: 3 = (bq, bk, bv) biases (qwen2),

@@ -23,6 +23,9 @@ struct NodeData {
     // tokens: the node's own shape mirrors the KV region) and SelectRows
     // (bounds of the row ids); the other ops only use node.ne.
     std::vector<std::array<int64_t, 4>> src_ne;
+    // Matmuls take the GEMM path at every token count (cpu::matmul's
+    // batch_invariant): the backend's option, not a property of the node.
+    bool batch_invariant = false;
 };
 
 // Runs node on the pool's threads. Throws minfer::Error for a data error a

@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/gemm.h"
@@ -28,21 +27,14 @@ constexpr int64_t kParallelQuantizeMin = 1 << 15;
 constexpr int64_t kGemmMinTokens = 4;
 }  // namespace
 
-bool batch_invariant_matmul() {
-    static const bool on = [] {
-        const char* e = std::getenv("MINFER_BATCH_INVARIANT");
-        return e != nullptr && e[0] == '1';
-    }();
-    return on;
-}
-
 bool matmul_batch_invariant(const tensor::TensorView& w) {
-    return batch_invariant_matmul() || !gemm_supported(w.type, w.ne[0]) ||
+    return !gemm_supported(w.type, w.ne[0]) ||
            (w.layout == tensor::TensorView::Layout::Rows16 && group_dot_fn(w.type) != nullptr);
 }
 
 void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride,
-            int64_t n_tokens, float* out, int64_t out_stride, ThreadPool& pool) {
+            int64_t n_tokens, float* out, int64_t out_stride, ThreadPool& pool,
+            bool batch_invariant) {
     MINFER_ASSERT(n_parts >= 1 && n_parts <= kMaxParts);
     const int64_t K = parts[0].w->ne[0];
     struct PartInfo {
@@ -92,7 +84,7 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
     // The GEMM path when every part has one (fused QKV parts share a type).
     // It keeps only the GEMM form of the activations: each token's blocks
     // go through a per-thread row (less scratch: the pool keeps its peak).
-    bool gemm = n_tokens >= kGemmMinTokens || batch_invariant_matmul();
+    bool gemm = n_tokens >= kGemmMinTokens || batch_invariant;
     for (int p = 0; p < n_parts && gemm; ++p) gemm = gemm_supported(info[p].w->type, K);
     size_t gemm_row[kMaxParts] = {}, gemm_offset[kMaxParts] = {};
     if (gemm) {

@@ -18,15 +18,9 @@ struct MatMulPart {
     int64_t out_col = 0;
 };
 
-// MINFER_BATCH_INVARIANT=1: every token count takes the GEMM path where the
-// weight type has one (decode too), so a token's result does not depend on
-// how many tokens share its pass (the one-token kernels sum in another
-// order). Off by default: one-token decode is faster without it.
-bool batch_invariant_matmul();
-
 // Whether matmul gives a token's outputs of weight w bitwise the same in a
-// batch of any size at the current kernel level, without
-// MINFER_BATCH_INVARIANT: when w's type has no GEMM (every count takes the
+// batch of any size at the current kernel level, without its batch_invariant
+// argument: when w's type has no GEMM (every count takes the
 // dot products), or when w is regrouped (tensor/interleave.h) and its type
 // has a group kernel for the decode, which does per row the float steps of
 // the GEMM (x86-64: Q8_0, Q4_K, Q6_K at Avx2; also Q5_0 at Avx512).
@@ -35,8 +29,13 @@ bool matmul_batch_invariant(const tensor::TensorView& w);
 // out[t][out_col + m] = dot(w row m, x row t) for every part, x rows
 // [K, n_tokens] with stride x_stride; out rows with stride out_stride.
 // Activations are converted once to each weight's vec_dot type.
+// batch_invariant: every token count takes the GEMM path where the weight
+// type has one (decode too), so a token's result does not depend on how many
+// tokens share its pass (the one-token kernels sum in another order). Off by
+// default: one-token decode is faster without it.
 void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride,
-            int64_t n_tokens, float* out, int64_t out_stride, ThreadPool& pool);
+            int64_t n_tokens, float* out, int64_t out_stride, ThreadPool& pool,
+            bool batch_invariant = false);
 
 // ggml_rms_norm of one row (sum of squares in double), times w if non-null.
 void rms_norm_row(const float* x, const float* w, float* y, int64_t n, float eps);

@@ -6,7 +6,8 @@
 
 namespace minfer::backend {
 
-QueueBackend::QueueBackend() : worker_([this] { worker_loop(); }) {}
+QueueBackend::QueueBackend(bool batch_invariant)
+    : batch_invariant_(batch_invariant), worker_([this] { worker_loop(); }) {}
 
 QueueBackend::~QueueBackend() {
     try {
@@ -53,6 +54,7 @@ void QueueBackend::execute_node(const graph::Node& node, std::span<const BufRef>
                                 std::span<const std::array<int64_t, 4>> src_ne) {
     // Resolve now: the pool's vector may grow later, the memory never moves.
     cpu::NodeData data = resolve_node_data(pool_, node, srcs, out, kv, src_ne);
+    data.batch_invariant = batch_invariant_;
     const graph::Node* n = &node;  // the graph outlives synchronize()
     recording_.push_back(
         [this, n, data = std::move(data)] { cpu::run_node(*n, data, kernel_threads_); });

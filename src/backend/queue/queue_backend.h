@@ -25,7 +25,8 @@ namespace minfer::backend {
 
 class QueueBackend : public Backend {
   public:
-    QueueBackend();
+    // batch_invariant: as CpuBackend's.
+    explicit QueueBackend(bool batch_invariant = false);
     ~QueueBackend() override;  // drains the queue (errors dropped), stops the worker
 
     std::string_view name() const override { return "queue"; }
@@ -58,6 +59,7 @@ class QueueBackend : public Backend {
     void worker_loop();
 
     HostPool pool_;
+    const bool batch_invariant_;
     std::vector<Command> recording_;  // the open command list (host thread only)
 
     mutable std::mutex mu_;
