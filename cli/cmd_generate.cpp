@@ -18,6 +18,7 @@
 #include "generate_flags.h"
 #include "model/model.h"
 #include "report/observe.h"
+#include "runtime/sample_text.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "tokenizer/chat_template.h"
@@ -79,31 +80,30 @@ void print_timing(const Timing& t) {
                  t.gen_s * 1e3, rate(t.gen_tokens, t.gen_s));
 }
 
+void print(const std::string& text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+}
+
 // Generates after the session has consumed its input; streams the text to
-// stdout. Returns the generated text. Stops at an end-of-generation token
-// (unless ignore_eos), a stop string, n_predict tokens, the context end or
-// Ctrl-C.
+// stdout. The choice of each token (end-of-generation tokens masked under
+// --ignore-eos) and the stop strings are the engine's and the server's
+// (runtime::SequenceSampler, runtime::SampleText; the stop string is kept
+// in the output). Returns the reply's text as the KV cache holds it. Stops
+// at an end-of-generation token (unless ignore_eos), a stop string,
+// n_predict tokens, the context end or Ctrl-C.
 std::string generate(runtime::Session& session, const tokenizer::Tokenizer& tok,
-                     runtime::Sampler& sampler, std::vector<float> logits, int64_t n_predict,
-                     const GenFlags& f, Timing& timing) {
-    tokenizer::StreamDecoder stream(tok);
-    std::string text;
+                     runtime::SequenceSampler& sampler, std::vector<float> logits,
+                     int64_t n_predict, const GenFlags& f, Timing& timing) {
+    runtime::SampleText text(tok, f.stops, runtime::StopText::Keep);
     const auto t0 = Clock::now();
     for (int64_t i = 0; n_predict < 0 || i < n_predict; ++i) {
         if (g_interrupted) break;
-        int32_t id = sampler.sample(logits);
-        if (!f.ignore_eos && tok.is_eog(id)) break;
-        sampler.accept(id);
-        std::string piece = stream.push(id);
-        text += piece;
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
-        std::fflush(stdout);
+        const int32_t id = sampler.sample(logits);
+        if (sampler.ends(id)) break;
+        const bool stop = !text.push(id);
+        print(text.take_ready());
         ++timing.gen_tokens;
-        bool stop = false;
-        for (const auto& s : f.stops)
-            if (!s.empty() && text.size() >= s.size() &&
-                text.compare(text.size() - s.size(), s.size(), s) == 0)
-                stop = true;
         if (stop || (n_predict >= 0 && i + 1 >= n_predict)) {
             // In a chat the cache must hold every token of the reply, so the
             // next turn continues from it.
@@ -118,12 +118,9 @@ std::string generate(runtime::Session& session, const tokenizer::Tokenizer& tok,
         }
         logits = session.eval(std::span<const int32_t>(&id, 1));
     }
-    std::string rest = stream.flush();
-    text += rest;
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
-    std::fflush(stdout);
+    print(text.finish());
     timing.gen_s += seconds_since(t0);
-    return text;
+    return text.decoded();
 }
 
 }  // namespace
@@ -161,7 +158,7 @@ int cmd_generate(int argc, char** argv, int first) {
     runtime::SessionOptions so = f.eng.session_options();
     so.n_ctx = ctx.n_ctx;
     runtime::Session session(model, so);
-    runtime::Sampler sampler(f.sp);
+    runtime::SequenceSampler sampler({.sampler = f.sp, .ignore_eos = f.ignore_eos}, tok.eog_ids());
     f.observe.attach(session);
     timing.load_s = seconds_since(t_load);
     std::fprintf(
@@ -181,7 +178,7 @@ int cmd_generate(int argc, char** argv, int first) {
         std::vector<float> logits = session.eval(prompt_ids);
         timing.prompt_s = seconds_since(t0);
         timing.prompt_tokens = static_cast<int64_t>(prompt_ids.size());
-        for (int32_t id : prompt_ids) sampler.accept(id);
+        sampler.start_reply(prompt_ids);
         generate(session, tok, sampler, std::move(logits), f.n_predict, f, timing);
         std::fputc('\n', stdout);
         if (g_interrupted) std::fprintf(stderr, "\nminfer: interrupted\n");
@@ -235,7 +232,7 @@ int cmd_generate(int argc, char** argv, int first) {
         std::vector<float> logits = session.eval(ids);
         timing.prompt_s += seconds_since(t0);
         timing.prompt_tokens += static_cast<int64_t>(ids.size());
-        for (int32_t id : ids) sampler.accept(id);
+        sampler.start_reply(ids);
         std::string reply =
             generate(session, tok, sampler, std::move(logits), f.n_predict, f, timing);
         std::fputc('\n', stdout);

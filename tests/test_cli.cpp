@@ -81,6 +81,43 @@ TEST(Cli, StopStringEndsGeneration) {
     EXPECT_EQ(text.find(','), text.size() - 1);
 }
 
+// --ignore-eos masks the end-of-generation tokens (never sampled, as llama.cpp
+// and the engine do) rather than sampling one and going on. The model's
+// layers add nothing (attn_output and ffn_down zero) and every embedding row
+// is one vector c, <|endoftext|>'s 2c and 'x''s 1.5c: its logits (tied
+// output) put <|endoftext|> first and 'x' second at every position.
+TEST(Cli, IgnoreEosNeverSamplesTheEndToken) {
+    minfer::testing::TinyModelSpec s;
+    s.arch = "qwen3";
+    s.edit = [](const std::string& name, std::vector<float>& v) {
+        if (name.find("attn_output") != std::string::npos ||
+            name.find("ffn_down") != std::string::npos)
+            std::fill(v.begin(), v.end(), 0.0f);
+        if (name == "token_embd.weight") {
+            const size_t n_embd = 64, eos = 260, x = 'x';
+            for (size_t t = 1; t < v.size() / n_embd; ++t)
+                std::copy(v.begin(), v.begin() + n_embd, v.begin() + t * n_embd);
+            for (size_t i = 0; i < n_embd; ++i) {
+                v[eos * n_embd + i] *= 2.0f;
+                v[x * n_embd + i] *= 1.5f;
+            }
+        }
+    };
+    const std::string p = (std::filesystem::temp_directory_path() /
+                           ("minfer-cli-eos-first-" + std::to_string(::getpid()) + ".gguf"))
+                              .string();
+    minfer::testing::make_tiny_model(s).write(p);
+    auto ignored = run_cli("-m " + p + " -p 'a b' -n 4 --temp 0 --ignore-eos --no-display-prompt");
+    auto stopped = run_cli("-m " + p + " -p 'a b' -n 4 --temp 0 --no-display-prompt");
+    std::filesystem::remove(p);
+    ASSERT_EQ(ignored.code, 0) << ignored.err;
+    EXPECT_EQ(ignored.out, "xxxx\n");
+    EXPECT_TRUE(has(ignored.err, "generation 4 tokens")) << ignored.err;
+    ASSERT_EQ(stopped.code, 0) << stopped.err;
+    EXPECT_EQ(stopped.out, "\n");
+    EXPECT_TRUE(has(stopped.err, "generation 0 tokens")) << stopped.err;
+}
+
 TEST(Cli, ChatHoldsATwoTurnConversationFromStdin) {
     auto r =
         run_cli("-m " + tiny_model_path(512) + " -cnv -sys 'Be brief.' -n 4 --temp 0 --ignore-eos",

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -33,6 +34,9 @@ struct TinyModelSpec {
     tensor::DType weight_type = tensor::DType::F32;  // 2-D weights (row length must fit the blocks)
     bool tied_output = true;
     uint32_t seed = 1;
+    // Changes a tensor's values (by name) before it is written: a test's
+    // model with a behaviour it can predict.
+    std::function<void(const std::string& name, std::vector<float>& values)> edit;
 };
 
 // GPT-2's byte -> unicode code point mapping, UTF-8 encoded.
@@ -143,8 +147,9 @@ inline gguf::Writer make_tiny_model(const TinyModelSpec& s) {
         for (auto& x : v) x = d(rng);
         return v;
     };
-    auto add = [&](const std::string& name, std::vector<int64_t> ne, const std::vector<float>& x,
+    auto add = [&](const std::string& name, std::vector<int64_t> ne, std::vector<float> x,
                    tensor::DType type) {
+        if (s.edit) s.edit(name, x);
         w.add_tensor(name, type, ne, encode_tensor(type, x, ne[0]));
     };
     const int64_t E = s.n_embd, Q = s.n_head * s.head_dim, KV = s.n_head_kv * s.head_dim;

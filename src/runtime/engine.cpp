@@ -14,11 +14,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 
 #include "backend/cpu/cpu_backend.h"
 #include "graph/assign.h"
@@ -449,25 +447,12 @@ void Engine::Impl::retire() {
 bool Engine::Impl::sample(Seq& s, const float* logits) {
     const GenParams& gp = s.req->params;
     const auto n_vocab = static_cast<size_t>(model.hp.n_vocab);
-    row.assign(logits, logits + n_vocab);
-    if (gp.presence_penalty != 0.0f || gp.frequency_penalty != 0.0f)
-        for (const auto& [tok, count] : s.out_counts)
-            row[static_cast<size_t>(tok)] -=
-                gp.presence_penalty + gp.frequency_penalty * static_cast<float>(count);
-    // ignore_eos (llama.cpp's meaning): end-of-generation tokens are never
-    // sampled, rather than sampled and then not honoured.
-    if (gp.ignore_eos)
-        for (int32_t e : eog)
-            if (e >= 0 && static_cast<size_t>(e) < n_vocab)
-                row[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
-    const int32_t tok = s.sampler->sample(row);
-    s.sampler->accept(tok);
-    ++s.out_counts[tok];
+    const int32_t tok = s.sampler->sample(std::span<const float>(logits, n_vocab));
     if (s.generated == 0) s.t_first = Clock::now();
     ++s.generated;
     ++stats.generated_tokens;
 
-    if (!gp.ignore_eos && std::find(eog.begin(), eog.end(), tok) != eog.end()) {
+    if (s.sampler->ends(tok)) {
         finish(s, FinishReason::Stop);
         return false;
     }
@@ -526,10 +511,14 @@ bool Engine::Impl::step() {
             s->req = req;
             s->sample = k;
             s->tokens = req->params.prompt;
-            SamplerParams sp = req->params.sampling;
-            sp.seed += static_cast<uint64_t>(k);
-            s->sampler = std::make_unique<Sampler>(sp);
-            for (int32_t t : s->tokens) s->sampler->accept(t);
+            SequenceSampling sp;
+            sp.sampler = req->params.sampling;
+            sp.sampler.seed += static_cast<uint64_t>(k);  // forks draw differently
+            sp.presence_penalty = req->params.presence_penalty;
+            sp.frequency_penalty = req->params.frequency_penalty;
+            sp.ignore_eos = req->params.ignore_eos;
+            s->sampler = std::make_unique<SequenceSampler>(sp, eog);
+            s->sampler->start_reply(s->tokens);
             stats.prompt_tokens += static_cast<int64_t>(s->tokens.size());
             seqs.push_back(std::move(s));
         }

@@ -12,7 +12,6 @@
 #include <mutex>
 #include <span>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "graph/cache.h"
@@ -51,8 +50,7 @@ struct Engine::Impl {
         int64_t generated = 0;
         uint64_t admit_order = 0;  // later admitted = preempted first
         bool ever_admitted = false;
-        std::unique_ptr<Sampler> sampler;
-        std::unordered_map<int32_t, int32_t> out_counts;  // presence/frequency penalties
+        std::unique_ptr<SequenceSampler> sampler;  // its own seed and history
         std::chrono::steady_clock::time_point t_admit, t_first;
     };
 
@@ -101,7 +99,7 @@ struct Engine::Impl {
 
     // Reused per step.
     std::vector<int32_t> tok_ids, positions, cells, rows, page_rows, tail;
-    std::vector<float> row, logits_row;
+    std::vector<float> logits_row;
     std::vector<uint8_t> copy_staging;      // copy_computed_cells' V rows or donor K page
     std::vector<uint8_t> own_page_staging;  // ... and the K page they are patched into
     std::vector<std::pair<std::shared_ptr<Request>, RequestResult>> finished;

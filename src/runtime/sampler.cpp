@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_set>
 
 namespace minfer::runtime {
@@ -85,6 +86,41 @@ int32_t Sampler::sample(std::span<const float> logits) {
     softmax(p);
     std::discrete_distribution<size_t> dist(p.begin(), p.end());
     return cand_[dist(rng_)].id;
+}
+
+SequenceSampler::SequenceSampler(const SequenceSampling& params, std::vector<int32_t> eog)
+    : params_(params), eog_(std::move(eog)), sampler_(params.sampler) {}
+
+void SequenceSampler::start_reply(std::span<const int32_t> input) {
+    for (int32_t t : input) sampler_.accept(t);
+    reply_counts_.clear();
+}
+
+int32_t SequenceSampler::sample(std::span<const float> logits) {
+    std::span<const float> row = logits;
+    const bool penalties = params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+    if ((penalties && !reply_counts_.empty()) || (params_.ignore_eos && !eog_.empty())) {
+        row_.assign(logits.begin(), logits.end());
+        if (penalties)
+            for (const auto& [tok, count] : reply_counts_)
+                if (static_cast<size_t>(tok) < row_.size())
+                    row_[static_cast<size_t>(tok)] -=
+                        params_.presence_penalty +
+                        params_.frequency_penalty * static_cast<float>(count);
+        if (params_.ignore_eos)
+            for (int32_t e : eog_)
+                if (e >= 0 && static_cast<size_t>(e) < row_.size())
+                    row_[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
+        row = row_;
+    }
+    const int32_t tok = sampler_.sample(row);
+    sampler_.accept(tok);
+    ++reply_counts_[tok];
+    return tok;
+}
+
+bool SequenceSampler::ends(int32_t token) const {
+    return !params_.ignore_eos && std::find(eog_.begin(), eog_.end(), token) != eog_.end();
 }
 
 }  // namespace minfer::runtime

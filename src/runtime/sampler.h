@@ -7,6 +7,7 @@
 #include <deque>
 #include <random>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 namespace minfer::runtime {
@@ -43,5 +44,40 @@ class Sampler {
 };
 
 int32_t argmax(std::span<const float> logits);
+
+// One sequence's choice of its next token, the one piece of it the engine
+// (every sequence of the server and batched-bench) and the CLI's generation
+// share: OpenAI's presence and frequency penalties on the tokens of this
+// reply, then with ignore_eos the end-of-generation tokens masked (never
+// sampled, as llama.cpp does, rather than sampled and not honoured), then
+// the Sampler (repeat penalty over its window of the context, top-k, top-p,
+// min-p, temperature, draw with this sequence's own seed).
+struct SequenceSampling {
+    SamplerParams sampler;
+    float presence_penalty = 0.0f;   // subtracted once per token seen in the reply
+    float frequency_penalty = 0.0f;  // subtracted per occurrence in the reply
+    bool ignore_eos = false;
+};
+
+class SequenceSampler {
+  public:
+    SequenceSampler(const SequenceSampling& params, std::vector<int32_t> eog);
+    // Input before a reply (a prompt, or a chat turn's new part): it joins
+    // the context the repeat penalty looks at; the presence and frequency
+    // penalties count the reply's tokens from here.
+    void start_reply(std::span<const int32_t> input);
+    // Picks the next token from one row of logits and records it.
+    int32_t sample(std::span<const float> logits);
+    // Whether `token` ends the sample: an end-of-generation token (which,
+    // with ignore_eos, sample() never picks).
+    bool ends(int32_t token) const;
+
+  private:
+    SequenceSampling params_;
+    std::vector<int32_t> eog_;
+    Sampler sampler_;
+    std::unordered_map<int32_t, int32_t> reply_counts_;
+    std::vector<float> row_;  // the logits with penalties and mask
+};
 
 }  // namespace minfer::runtime

@@ -19,11 +19,11 @@
 #include <set>
 #include <thread>
 
+#include "runtime/sample_text.h"
 #include "serve/chat_page.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/reply_parser.h"
-#include "serve/sample_text.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -147,7 +147,7 @@ json bytes_of(const std::string& s) {
 // the HTTP worker reads it.
 struct Job {
     struct Sample {
-        std::unique_ptr<SampleText> text;
+        std::unique_ptr<runtime::SampleText> text;
         json logprobs = json::array();       // chat: content entries
         std::vector<json> pending_logprobs;  // not yet streamed
         bool finished = false;
@@ -434,7 +434,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     job->oai_id = random_id(chat ? "chatcmpl-" : "cmpl-");
     for (int i = 0; i < job->req.gen.n_samples; ++i) {
         Job::Sample s;
-        s.text = std::make_unique<SampleText>(*tok, job->req.stops);
+        s.text = std::make_unique<runtime::SampleText>(*tok, job->req.stops);
         if (chat && (job->req.tools || job->req.think))
             s.parser = std::make_unique<ReplyParser>(job->req.think, job->req.tools);
         job->samples.push_back(std::move(s));

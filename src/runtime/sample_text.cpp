@@ -1,11 +1,12 @@
-#include "serve/sample_text.h"
+#include "runtime/sample_text.h"
 
 #include <algorithm>
 
-namespace minfer::serve {
+namespace minfer::runtime {
 
-SampleText::SampleText(const tokenizer::Tokenizer& tok, std::vector<std::string> stops)
-    : dec_(tok) {
+SampleText::SampleText(const tokenizer::Tokenizer& tok, std::vector<std::string> stops,
+                       StopText mode)
+    : dec_(tok), mode_(mode) {
     for (auto& s : stops)
         if (!s.empty()) stops_.push_back(std::move(s));
     for (const auto& s : stops_) max_stop_ = std::max(max_stop_, s.size());
@@ -17,13 +18,18 @@ bool SampleText::check_stop(size_t new_bytes) {
     // ending there could start.
     const size_t from =
         text_.size() > new_bytes + max_stop_ ? text_.size() - new_bytes - max_stop_ : 0;
-    size_t best = std::string::npos;
+    size_t best = std::string::npos, best_end = 0;
     for (const auto& s : stops_) {
         size_t pos = text_.find(s, from);
-        if (pos != std::string::npos) best = std::min(best, pos);
+        if (pos != std::string::npos && pos < best) {
+            best = pos;
+            best_end = pos + s.size();
+        }
     }
     if (best == std::string::npos) return false;
-    text_.resize(std::max(best, taken_));
+    const size_t end = std::max(mode_ == StopText::Keep ? best_end : best, taken_);
+    cut_ = text_.substr(end);
+    text_.resize(end);
     stopped_ = true;
     return true;
 }
@@ -36,8 +42,10 @@ bool SampleText::push(int32_t token) {
 }
 
 size_t SampleText::held_back() const {
-    // The longest suffix of the untaken text that is a proper prefix of a stop string.
+    // The longest suffix of the untaken text that is a proper prefix of a
+    // stop string; none when the stop string is kept (printed either way).
     size_t best = 0;
+    if (mode_ == StopText::Keep) return 0;
     const size_t avail = text_.size() - taken_;
     for (const auto& s : stops_) {
         for (size_t n = std::min(avail, s.size() - 1); n > best; --n) {
@@ -68,4 +76,4 @@ std::string SampleText::finish() {
     return take_ready();
 }
 
-}  // namespace minfer::serve
+}  // namespace minfer::runtime
