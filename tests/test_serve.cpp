@@ -813,23 +813,36 @@ TEST_F(Serve, MetricsInPrometheusFormat) {
     EXPECT_GT(metric("minfer_time_to_first_token_seconds_count"), 0);
 }
 
+// A server of its own, of one sequence (-np 1, -c 4096), over the test model.
+struct OneSequenceServer {
+    static ServerOptions options(ServerOptions o) {
+        o.port = 0;
+        o.n_parallel = 1;
+        o.log_requests = false;
+        return o;
+    }
+    explicit OneSequenceServer(const ServerOptions& o) : server(options(o)) {
+        port = server.bind();
+        server.start();
+        minfer::runtime::EngineOptions eo;
+        eo.n_ctx = 4096;
+        eo.n_parallel = 1;
+        eo.n_threads = 1;
+        server.attach(model, eo);
+    }
+    minfer::model::Model model = minfer::model::Model::load(kModelPath);
+    Server server;
+    int port = 0;
+};
+
 // A server of one sequence and no queue: a second request while the first
 // runs is turned away with 503 and Retry-After.
 TEST(ServeQueue, FullQueueAnswers503) {
-    minfer::model::Model model = minfer::model::Model::load(kModelPath);
     ServerOptions o;
-    o.port = 0;
     o.queue_limit = 0;
-    o.n_parallel = 1;
-    o.log_requests = false;
-    Server server(o);
-    const int port = server.bind();
-    server.start();
-    minfer::runtime::EngineOptions eo;
-    eo.n_ctx = 4096;
-    eo.n_parallel = 1;
-    eo.n_threads = 1;
-    server.attach(model, eo);
+    OneSequenceServer one(o);
+    Server& server = one.server;
+    const int port = one.port;
 
     httplib::Client c("127.0.0.1", port);
     c.set_read_timeout(30);
@@ -862,22 +875,12 @@ TEST(ServeQueue, FullQueueAnswers503) {
 // ends a failed stream: an error event and no [DONE], no finish_reason —
 // a client must not take half an answer for a whole one.
 TEST(ServeShutdown, AStreamCutShortEndsWithAnErrorEvent) {
-    minfer::model::Model model = minfer::model::Model::load(kModelPath);
     ServerOptions o;
-    o.port = 0;
-    o.n_parallel = 1;
     o.grace_seconds = 0.2;
-    o.log_requests = false;
-    Server server(o);
-    const int port = server.bind();
-    server.start();
-    minfer::runtime::EngineOptions eo;
-    eo.n_ctx = 4096;
-    eo.n_parallel = 1;
-    eo.n_threads = 1;
-    server.attach(model, eo);
+    OneSequenceServer one(o);
+    Server& server = one.server;
 
-    httplib::Client c("127.0.0.1", port);
+    httplib::Client c("127.0.0.1", one.port);
     c.set_read_timeout(30);
     std::string body;
     std::thread stopper;
