@@ -48,11 +48,11 @@ import http.client, json, os, signal, socket, sys, time
 front, pid_a, port_a = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 
 def stream_reads(port, key):
-    """A 200-token stream read from a raw socket: the number of events and
+    """A 1000-token stream read from a raw socket: the number of events and
     the number of socket reads that brought at least one event's end. A
     proxy that buffers delivers a stream in a few buffer-sized pieces; one
     that passes events through delivers them about as they are made."""
-    body = json.dumps({"messages": [{"role": "user", "content": "And God said"}], "max_tokens": 200,
+    body = json.dumps({"messages": [{"role": "user", "content": "And God said"}], "max_tokens": 1000,
                        "temperature": 0, "ignore_eos": True, "stream": True}).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sk:
         sk.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
@@ -95,7 +95,9 @@ assert set(where.values()) == {"replica-a", "replica-b"}, f"all keys on one repl
 key_a = next(k for k in keys if where[k] == "replica-a")
 events, direct = stream_reads(port_a, key_a)
 _, proxied = stream_reads(front, key_a)
-assert direct >= 40, f"the replica itself sent {events} events in only {direct} reads"
+# (The server sends what is new each time its stream wakes: on a busy
+# machine several tokens share an event, hence a modest floor.)
+assert direct >= 20, f"the replica itself sent {events} events in only {direct} reads"
 assert proxied >= direct // 2, \
     f"nginx buffered the stream: {events} events in {proxied} reads (straight from the replica: {direct})"
 print(f"nginx test: a {events}-event stream arrived in {proxied} reads through nginx, {direct} direct")
