@@ -59,7 +59,8 @@ class Serve : public ::testing::Test {
     static void SetUpTestSuite() {
         model_ = new minfer::model::Model(minfer::model::Model::load(kModelPath));
         minfer::runtime::regroup_weights_for_cpu(*model_);  // as `minfer serve` loads it
-        log_path_ = ::testing::TempDir() + "minfer_serve_test.log";
+        // One file per process: ctest runs the tests as processes side by side.
+        log_path_ = ::testing::TempDir() + "minfer_serve_test." + std::to_string(getpid()) + ".log";
         log_ = std::fopen(log_path_.c_str(), "w");
         ServerOptions o;
         o.port = 0;
@@ -83,6 +84,7 @@ class Serve : public ::testing::Test {
         delete server_;
         delete model_;
         if (log_) std::fclose(log_);
+        std::remove(log_path_.c_str());
         server_ = nullptr;
         model_ = nullptr;
         log_ = nullptr;
