@@ -292,9 +292,8 @@ struct Server::Impl {
         metrics.request_done(res.status);
         if (!opt.log_requests || !opt.log) return;
         if (!t_routed) {
-            std::fprintf(opt.log, "minfer: %s %s %d (request not parsed)\n",
-                         req.method.empty() ? "-" : req.method.c_str(),
-                         req.path.empty() ? "-" : req.path.c_str(), res.status);
+            // Its method and path are whatever bytes came (TLS, garbage): not logged.
+            std::fprintf(opt.log, "minfer: - - %d (request not parsed)\n", res.status);
         } else {
             const double ms = ms_between(t_request_start, Clock::now());
             std::fprintf(opt.log, "minfer: %s %s %d %.1f ms%s%s\n", req.method.c_str(),
