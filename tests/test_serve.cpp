@@ -2,20 +2,35 @@
 // the built-in tiny model, driven over HTTP with cpp-httplib's client. Every
 // endpoint, every error status, streaming equal to non-streaming at
 // temperature 0, cancellation freeing the KV pages, concurrent requests.
+// The model's weights are regrouped as `minfer serve` does, so a sequence's
+// logits do not depend on the batch (README) and concurrent requests can be
+// compared with the same requests alone bit for bit.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/isa.h"
+#include "backend/cpu/ops.h"
 #include "cli_runner.h"
 #include "model/model.h"
+#include "runtime/engine_impl.h"
+#include "runtime/session.h"
 #include "serve/server.h"
 
 namespace {
@@ -37,31 +52,63 @@ class Serve : public ::testing::Test {
     static inline minfer::model::Model* model_ = nullptr;
     static inline Server* server_ = nullptr;
     static inline int port_ = 0;
+    static inline std::string log_path_;
+    static inline std::FILE* log_ = nullptr;
+    static constexpr int kParallel = 8;
 
     static void SetUpTestSuite() {
         model_ = new minfer::model::Model(minfer::model::Model::load(kModelPath));
+        minfer::runtime::regroup_weights_for_cpu(*model_);  // as `minfer serve` loads it
+        // One file per process: ctest runs the tests as processes side by side.
+        log_path_ = ::testing::TempDir() + "minfer_serve_test." + std::to_string(getpid()) + ".log";
+        log_ = std::fopen(log_path_.c_str(), "w");
         ServerOptions o;
         o.port = 0;
         o.api_key = kKey;
         o.model_name = "kjv-tiny";
         o.max_body_bytes = 64 * 1024;
         o.queue_limit = 8;
-        o.n_parallel = 4;
-        o.log_requests = false;
+        o.n_parallel = kParallel;
+        o.log_requests = log_ != nullptr;
+        o.log = log_;
         server_ = new Server(o);
         port_ = server_->bind();
         server_->start();
         minfer::runtime::EngineOptions eo;
-        eo.n_ctx = 1024;
-        eo.n_parallel = 4;
+        eo.n_ctx = 4096;  // room for a request that generates for a good while (ClientGone*)
+        eo.n_parallel = kParallel;
         eo.n_threads = 1;
         server_->attach(*model_, eo);
     }
     static void TearDownTestSuite() {
         delete server_;
         delete model_;
+        if (log_) std::fclose(log_);
+        std::remove(log_path_.c_str());
         server_ = nullptr;
         model_ = nullptr;
+        log_ = nullptr;
+    }
+    // The request log's lines so far.
+    static std::vector<std::string> log_lines() {
+        std::vector<std::string> out;
+        std::ifstream in(log_path_);
+        for (std::string line; std::getline(in, line);) out.push_back(line);
+        return out;
+    }
+    // Waits (up to 5 s) for a log line after the first `skip` that matches
+    // `pattern` (a line is written after its answer: an earlier test's may
+    // still come).
+    static std::string wait_log_line(size_t skip, const std::string& pattern) {
+        const std::regex re(pattern);
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (std::chrono::steady_clock::now() < end) {
+            const auto lines = log_lines();
+            for (size_t i = skip; i < lines.size(); ++i)
+                if (std::regex_search(lines[i], re)) return lines[i];
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return {};
     }
 
     static httplib::Client client() {
@@ -132,7 +179,10 @@ class Serve : public ::testing::Test {
         ASSERT_TRUE(j.contains("error")) << r->body;
         EXPECT_TRUE(j["error"]["message"].is_string());
         EXPECT_TRUE(j["error"]["type"].is_string());
-        EXPECT_EQ(j["error"]["code"], status);
+        // OpenAI's shape: code is a string or null (never the HTTP status),
+        // param a string or null.
+        EXPECT_TRUE(j["error"]["code"].is_string() || j["error"]["code"].is_null()) << r->body;
+        EXPECT_TRUE(j["error"]["param"].is_string() || j["error"]["param"].is_null()) << r->body;
         EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos)
             << j["error"]["message"];
     }
@@ -180,6 +230,16 @@ TEST_F(Serve, HealthModelsAndChatPage) {
     ASSERT_EQ(mj["data"].size(), 1u);
     EXPECT_EQ(mj["data"][0]["id"], "kjv-tiny");
     EXPECT_EQ(mj["data"][0]["object"], "model");
+    // OpenAI's retrieve-model: the served id, and 404 model_not_found otherwise.
+    auto one = c.Get("/v1/models/kjv-tiny", auth());
+    ASSERT_TRUE(one);
+    ASSERT_EQ(one->status, 200) << one->body;
+    EXPECT_EQ(json::parse(one->body)["id"], "kjv-tiny");
+    EXPECT_EQ(json::parse(one->body)["object"], "model");
+    auto other = c.Get("/v1/models/gpt-4o", auth());
+    expect_error(other, 404, "'gpt-4o' does not exist");
+    EXPECT_EQ(json::parse(other->body)["error"]["code"], "model_not_found");
+    EXPECT_EQ(json::parse(other->body)["error"]["type"], "invalid_request_error");
 
     auto page = c.Get("/");
     ASSERT_TRUE(page);
@@ -392,19 +452,39 @@ TEST_F(Serve, ErrorStatusesAsOpenAIShapesThem) {
     b = chat_body("hi", 4);
     b["response_format"] = {{"type", "json_object"}};
     expect_error(post("/v1/chat/completions", b), 400, "response_format");
+    // A user message without content would generate from nothing: refused by name.
+    b = chat_body("hi", 4);
+    b["messages"][1]["content"] = nullptr;
+    auto null_content = post("/v1/chat/completions", b);
+    expect_error(null_content, 400, "'messages[1].content' is null");
+    EXPECT_EQ(json::parse(null_content->body)["error"]["param"], "messages[1].content");
+    b["messages"][1].erase("content");
+    expect_error(post("/v1/chat/completions", b), 400, "'messages[1].content' is missing");
+    // An assistant turn of tool calls has no content in OpenAI's API: accepted.
+    b = chat_body("hi", 2);
+    b["messages"].push_back({{"role", "assistant"},
+                             {"content", nullptr},
+                             {"tool_calls",
+                              {{{"id", "call_1"},
+                                {"type", "function"},
+                                {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}});
+    b["messages"].push_back({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "ok"}});
+    EXPECT_EQ(post_ok("/v1/chat/completions", b)["usage"]["completion_tokens"], 2);
     expect_error(post("/v1/completions", {{"prompt", {1, 2, 999999}}}), 400, "token ids");
     expect_error(post("/v1/completions", {{"max_tokens", 3}}), 400, "prompt");
     expect_error(post("/detokenize", {{"tokens", "abc"}}), 400, "tokens");
     // A prompt longer than the context: 400 with both counts.
     std::string long_prompt;
-    for (int i = 0; i < 600; ++i) long_prompt += "And God said ";
+    for (int i = 0; i < 1600; ++i) long_prompt += "And God said ";
     auto r = post("/v1/completions", {{"prompt", long_prompt}, {"max_tokens", 4}});
-    expect_error(r, 400, "the context holds 1024");
+    expect_error(r, 400, "the context holds 4096");
     EXPECT_NE(r->body.find("tokens"), std::string::npos);
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "context_length_exceeded");
 
     // 401: no key, wrong key (either header spelling).
-    expect_error(c.Post("/v1/chat/completions", chat_body("hi", 2).dump(), "application/json"), 401,
-                 "API key");
+    auto no_key = c.Post("/v1/chat/completions", chat_body("hi", 2).dump(), "application/json");
+    expect_error(no_key, 401, "API key");
+    EXPECT_EQ(json::parse(no_key->body)["error"]["code"], "invalid_api_key");
     expect_error(c.Post("/v1/chat/completions", {{"Authorization", "Bearer nope"}},
                         chat_body("hi", 2).dump(), "application/json"),
                  401, "API key");
@@ -436,9 +516,16 @@ TEST_F(Serve, CorsPreflight) {
     EXPECT_EQ(h->get_header_value("Access-Control-Allow-Origin"), "*");
 }
 
+// A streaming client that hangs up after a few events: the request is
+// cancelled (generation stops well short of its 3500 tokens) and its pages
+// are freed at once; the log line says when its first token came.
 TEST_F(Serve, ClientGoneCancelsAndFreesPages) {
     ASSERT_TRUE(wait_idle(10));
-    json body = chat_body("And God said", 900, true);  // would run long
+    const int max_tokens = 3500;  // ~0.5 s or more of generation on the tiny model
+    const double generated_before = metric("minfer_generated_tokens_total");
+    ASSERT_GE(generated_before, 0);
+    const size_t log_mark = log_lines().size();
+    json body = chat_body("And God said", max_tokens, true);
     auto c = client();
     int chunks = 0;
     double pages_while_running = -1;
@@ -451,6 +538,16 @@ TEST_F(Serve, ClientGoneCancelsAndFreesPages) {
     EXPECT_GT(pages_while_running, 0);
     EXPECT_TRUE(wait_idle(10)) << "pages still used after the client left: "
                                << metric("minfer_kv_pages_used");
+    // A stream notices a hang-up at its next writes (one succeeds into the
+    // socket buffer, the next fails): a few steps, far from 3500 tokens.
+    const double generated = metric("minfer_generated_tokens_total") - generated_before;
+    EXPECT_LT(generated, max_tokens / 10) << "the stream kept generating after its client left";
+    std::printf("abandoned stream: %.0f tokens generated of %d\n", generated, max_tokens);
+    const std::string line = wait_log_line(log_mark, "client gone");
+    ASSERT_FALSE(line.empty()) << "no log line for the abandoned stream";
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(line, m, std::regex("ttft=([0-9.]+) ms"))) << line;
+    EXPECT_GT(std::stod(m[1]), 0.0) << "tokens arrived, so the first one has a time: " << line;
     // The server still answers.
     json j = post_ok("/v1/chat/completions", chat_body("And God said", 3));
     EXPECT_EQ(j["usage"]["completion_tokens"], 3);
@@ -460,14 +557,14 @@ TEST_F(Serve, ClientGoneCancelsAndFreesPages) {
 // client gives up, and the server still notices and stops generating.
 TEST_F(Serve, ClientGoneWithoutStreamingCancelsToo) {
     ASSERT_TRUE(wait_idle(10));
-    const int max_tokens = 900;  // ~1 s or more of generation on the tiny model
+    const int max_tokens = 3500;  // ~0.5 s or more of generation on the tiny model
     const double generated_before = metric("minfer_generated_tokens_total");
     ASSERT_GE(generated_before, 0);
     auto c = client();
-    c.set_read_timeout(0, 200 * 1000);  // give up after 200 ms: the client closes the socket
+    c.set_read_timeout(0, 100 * 1000);  // give up after 100 ms: the client closes the socket
     auto r = c.Post("/v1/chat/completions", auth(), chat_body("And God said", max_tokens).dump(),
                     "application/json");
-    EXPECT_FALSE(r) << "the answer came within 200 ms; the test needs a longer generation";
+    EXPECT_FALSE(r) << "the answer came within 100 ms; the test needs a longer generation";
     EXPECT_TRUE(wait_idle(10)) << "pages still used after the client left: "
                                << metric("minfer_kv_pages_used");
     const double generated = metric("minfer_generated_tokens_total") - generated_before;
@@ -476,33 +573,231 @@ TEST_F(Serve, ClientGoneWithoutStreamingCancelsToo) {
     EXPECT_EQ(j["usage"]["completion_tokens"], 3);
 }
 
+// The tokens and logprobs (the chosen token's and the top 5: log-softmax
+// over the whole logits row) of one chat request, streamed or not.
+struct Answer {
+    json entries = json::array();  // logprobs.content entries, in order
+    std::string text;
+};
+
+Answer chat_answer(const httplib::Result& r, bool stream) {
+    Answer a;
+    if (!r || r->status != 200) return a;
+    std::vector<json> events;
+    if (stream) {
+        size_t pos = 0;
+        while ((pos = r->body.find("data: ", pos)) != std::string::npos) {
+            const size_t end = r->body.find("\n\n", pos);
+            const std::string data = r->body.substr(pos + 6, end - pos - 6);
+            pos = end;
+            if (data != "[DONE]") events.push_back(json::parse(data));
+        }
+    } else {
+        json j = json::parse(r->body);
+        a.text = j["choices"][0]["message"]["content"];
+        a.entries = j["choices"][0]["logprobs"]["content"];
+        return a;
+    }
+    for (const auto& e : events)
+        for (const auto& c : e["choices"]) {
+            if (c["delta"].contains("content")) a.text += c["delta"]["content"];
+            if (c["logprobs"].is_object())
+                for (const auto& x : c["logprobs"]["content"]) a.entries.push_back(x);
+        }
+    return a;
+}
+
+// -np 8 and 8 requests at once (half streamed): each gets the logprobs it
+// gets alone, bit for bit — the weights are regrouped, so a sequence's logits
+// do not depend on the batch. The engine is held at its first sampled row
+// until all 8 requests are in it, and the test checks that one pass sampled
+// all 8: they really ran together.
 TEST_F(Serve, ConcurrentRequestsGetTheirOwnAnswers) {
-    const std::vector<std::string> prompts = {"And God said", "In the beginning",
-                                              "The LORD is my shepherd", "Blessed are"};
-    std::vector<std::string> alone;
-    for (const auto& p : prompts)
-        alone.push_back(
-            post_ok("/v1/chat/completions", chat_body(p, 16))["choices"][0]["message"]["content"]);
-    std::vector<std::string> together(prompts.size() * 2);
+    auto& im = server_->engine()->impl();
+    bool invariant = minfer::cpu::matmul_batch_invariant(*model_->output);
+    for (const auto& L : model_->layers)
+        for (const minfer::tensor::TensorView* w :
+             {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down})
+            invariant = invariant && minfer::cpu::matmul_batch_invariant(*w);
+#if defined(__x86_64__)
+    const auto level = minfer::cpu::isa_level();
+    if (level == minfer::cpu::IsaLevel::Avx512 || level == minfer::cpu::IsaLevel::Avx2) {
+        EXPECT_TRUE(invariant) << "kjv-tiny is Q8_0 with 16-row multiples: regrouped at this level";
+    }
+#endif
+    const std::vector<std::string> prompts = {
+        "And God said",      "In the beginning",   "The LORD is my shepherd", "Blessed are",
+        "And Moses went up", "Let there be light", "Thou shalt not",          "Jesus wept"};
+    ASSERT_EQ(prompts.size(), static_cast<size_t>(kParallel));
+    auto body = [](const std::string& p, bool stream) {
+        json b = chat_body(p, 16, stream);
+        b["logprobs"] = true;
+        b["top_logprobs"] = 5;
+        return b;
+    };
+    ASSERT_TRUE(wait_idle(10));
+    std::vector<Answer> alone;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        alone.push_back(chat_answer(post("/v1/chat/completions", body(prompts[i], false)), false));
+        ASSERT_EQ(alone.back().entries.size(), 16u) << prompts[i];
+    }
+
+    // Hold the engine at the first row it samples until every request is in
+    // it (admitted or queued), and note which requests each pass sampled.
+    std::map<int64_t, std::set<minfer::runtime::RequestId>> sampled_by_pass;
+    {
+        std::lock_guard<std::mutex> step_lk(im.step_mu);  // the engine thread reads the hook
+        im.logits_hook = [&im, &sampled_by_pass](minfer::runtime::RequestId id, int32_t, int64_t,
+                                                 std::span<const float>) {
+            if (sampled_by_pass.empty()) {
+                const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+                while (std::chrono::steady_clock::now() < end) {
+                    size_t queued;
+                    {
+                        std::lock_guard<std::mutex> lk(im.mu);
+                        queued = im.incoming.size();
+                    }
+                    if (im.seqs.size() + queued >= static_cast<size_t>(kParallel)) break;
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                }
+            }
+            sampled_by_pass[im.stats.steps].insert(id);
+        };
+    }
+    std::vector<Answer> together(prompts.size());
     std::vector<std::thread> threads;
-    for (size_t i = 0; i < together.size(); ++i)
+    for (size_t i = 0; i < prompts.size(); ++i)
         threads.emplace_back([&, i] {
             const bool stream = i % 2 == 1;
-            auto r =
-                post("/v1/chat/completions", chat_body(prompts[i % prompts.size()], 16, stream));
-            if (!r || r->status != 200) return;
-            if (!stream) {
-                together[i] = json::parse(r->body)["choices"][0]["message"]["content"];
-            } else {
-                for (const auto& e : sse_events(r->body))
-                    for (const auto& ch : e["choices"])
-                        if (ch["delta"].contains("content")) together[i] += ch["delta"]["content"];
-            }
+            together[i] =
+                chat_answer(post("/v1/chat/completions", body(prompts[i], stream)), stream);
         });
     for (auto& t : threads) t.join();
-    for (size_t i = 0; i < together.size(); ++i)
-        EXPECT_EQ(together[i], alone[i % prompts.size()]) << "request " << i;
+    {
+        std::lock_guard<std::mutex> step_lk(im.step_mu);
+        im.logits_hook = nullptr;
+    }
+    size_t most_in_a_pass = 0;
+    for (const auto& [pass, ids] : sampled_by_pass)
+        most_in_a_pass = std::max(most_in_a_pass, ids.size());
+    EXPECT_EQ(most_in_a_pass, prompts.size()) << "the requests never sampled in one pass";
+
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        SCOPED_TRACE("request " + std::to_string(i) + (i % 2 ? " (streamed)" : ""));
+        ASSERT_EQ(together[i].entries.size(), 16u);
+        EXPECT_EQ(together[i].text, alone[i].text);
+        for (size_t t = 0; t < 16; ++t) {
+            const json& a = alone[i].entries[t];
+            const json& b = together[i].entries[t];
+            EXPECT_EQ(b["token"], a["token"]) << "token " << t;
+            if (invariant) {
+                // Bitwise: the JSON numbers round-trip the floats exactly.
+                EXPECT_EQ(b["logprob"].get<double>(), a["logprob"].get<double>()) << "token " << t;
+                EXPECT_EQ(b["top_logprobs"], a["top_logprobs"]) << "token " << t;
+            }
+        }
+    }
     EXPECT_TRUE(wait_idle(10));
+}
+
+// "prompt": a list (LangChain's generate sends one): one choice per prompt,
+// prompt-major with n (choice p * n + k), each prompt the same answer it
+// gets alone, usage summed; streamed too; the prompts run as sequences of
+// one batch (far fewer engine passes than one after another).
+TEST_F(Serve, CompletionsListOfPromptsOneChoiceEach) {
+    const std::vector<std::string> prompts = {"And God said", "In the beginning", "Blessed are"};
+    const int n_tok = 12;
+    auto body = [&](json prompt) {
+        return json{
+            {"prompt", prompt}, {"max_tokens", n_tok}, {"temperature", 0}, {"ignore_eos", true}};
+    };
+    std::vector<std::string> single;
+    int64_t prompt_tokens = 0;
+    json id_lists = json::array();
+    for (const auto& p : prompts) {
+        json j = post_ok("/v1/completions", body(p));
+        single.push_back(j["choices"][0]["text"]);
+        prompt_tokens += j["usage"]["prompt_tokens"].get<int64_t>();
+        id_lists.push_back(post_ok("/tokenize", {{"content", p}})["tokens"]);
+    }
+    ASSERT_TRUE(wait_idle(10));
+    const double steps_before = metric("minfer_engine_steps_total");
+    json b = body(prompts);
+    b["n"] = 2;
+    json j = post_ok("/v1/completions", b);
+    const double steps = metric("minfer_engine_steps_total") - steps_before;
+    ASSERT_EQ(j["choices"].size(), 6u) << j.dump();
+    for (size_t k = 0; k < 6; ++k) {
+        EXPECT_EQ(j["choices"][k]["index"], k);
+        EXPECT_EQ(j["choices"][k]["text"], single[k / 2]) << "choice " << k;
+        EXPECT_EQ(j["choices"][k]["finish_reason"], "length");
+    }
+    EXPECT_EQ(j["usage"]["prompt_tokens"], prompt_tokens);
+    EXPECT_EQ(j["usage"]["completion_tokens"], 6 * n_tok);
+    // One after another: >= 3 * 12 decode passes; together ~12 (+ the prompts').
+    EXPECT_LT(steps, 2 * n_tok) << "the prompts did not run as one batch";
+
+    // A list of token-id lists: the same answers.
+    json t = post_ok("/v1/completions", body(id_lists));
+    ASSERT_EQ(t["choices"].size(), 3u);
+    for (size_t k = 0; k < 3; ++k) EXPECT_EQ(t["choices"][k]["text"], single[k]);
+
+    // Streamed: each choice's deltas by index, usage summed.
+    b = body(prompts);
+    b["stream"] = true;
+    b["stream_options"] = {{"include_usage", true}};
+    auto r = post("/v1/completions", b);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    std::vector<std::string> texts(3);
+    std::vector<std::string> finish(3);
+    json usage;
+    for (const auto& e : sse_events(r->body)) {
+        if (!e["usage"].is_null()) usage = e["usage"];
+        for (const auto& c : e["choices"]) {
+            const size_t i = c["index"];
+            ASSERT_LT(i, 3u);
+            texts[i] += c["text"].get<std::string>();
+            if (!c["finish_reason"].is_null()) finish[i] = c["finish_reason"];
+        }
+    }
+    for (size_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(texts[k], single[k]) << "choice " << k;
+        EXPECT_EQ(finish[k], "length");
+    }
+    EXPECT_EQ(usage["prompt_tokens"], prompt_tokens);
+    EXPECT_EQ(usage["completion_tokens"], 3 * n_tok);
+
+    // A bad prompt in the list is named.
+    expect_error(post("/v1/completions", body(json::array({"One", 7}))), 400, "prompt[1]");
+    expect_error(post("/v1/completions", body(json::array({"One", json::array({1, -4})}))), 400,
+                 "prompt[1]");
+}
+
+// A request line that does not parse is answered 400 and logged as such,
+// without a time (httplib never routed it: there is no start to time from).
+TEST_F(Serve, AGarbageRequestLineIsLoggedWithoutATime) {
+    const size_t log_mark = log_lines().size();
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port_));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string garbage = "\x16\x03\x01 not http at all\r\n\r\n";
+    ASSERT_EQ(write(fd, garbage.data(), garbage.size()), static_cast<ssize_t>(garbage.size()));
+    char buf[512] = {};
+    const ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    ASSERT_GT(n, 0);
+    EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 400", 0), 0u) << buf;
+    // No method and path (before: empty, now "-"; a routed request names them).
+    const std::string line = wait_log_line(log_mark, "^minfer: -? -? 400");
+    ASSERT_FALSE(line.empty()) << "the bad request was not logged; the log ends: "
+                               << log_lines().back();
+    EXPECT_NE(line.find("(request not parsed)"), std::string::npos) << line;
+    EXPECT_EQ(line.find(" ms"), std::string::npos) << "a time from another request: " << line;
 }
 
 TEST_F(Serve, MetricsInPrometheusFormat) {
@@ -525,23 +820,36 @@ TEST_F(Serve, MetricsInPrometheusFormat) {
     EXPECT_GT(metric("minfer_time_to_first_token_seconds_count"), 0);
 }
 
+// A server of its own, of one sequence (-np 1, -c 4096), over the test model.
+struct OneSequenceServer {
+    static ServerOptions options(ServerOptions o) {
+        o.port = 0;
+        o.n_parallel = 1;
+        o.log_requests = false;
+        return o;
+    }
+    explicit OneSequenceServer(const ServerOptions& o) : server(options(o)) {
+        port = server.bind();
+        server.start();
+        minfer::runtime::EngineOptions eo;
+        eo.n_ctx = 4096;
+        eo.n_parallel = 1;
+        eo.n_threads = 1;
+        server.attach(model, eo);
+    }
+    minfer::model::Model model = minfer::model::Model::load(kModelPath);
+    Server server;
+    int port = 0;
+};
+
 // A server of one sequence and no queue: a second request while the first
 // runs is turned away with 503 and Retry-After.
 TEST(ServeQueue, FullQueueAnswers503) {
-    minfer::model::Model model = minfer::model::Model::load(kModelPath);
     ServerOptions o;
-    o.port = 0;
     o.queue_limit = 0;
-    o.n_parallel = 1;
-    o.log_requests = false;
-    Server server(o);
-    const int port = server.bind();
-    server.start();
-    minfer::runtime::EngineOptions eo;
-    eo.n_ctx = 4096;
-    eo.n_parallel = 1;
-    eo.n_threads = 1;
-    server.attach(model, eo);
+    OneSequenceServer one(o);
+    Server& server = one.server;
+    const int port = one.port;
 
     httplib::Client c("127.0.0.1", port);
     c.set_read_timeout(30);
@@ -568,6 +876,42 @@ TEST(ServeQueue, FullQueueAnswers503) {
     EXPECT_EQ(status_second, 503);
     EXPECT_FALSE(retry_after.empty());
     server.shutdown();
+}
+
+// A stream cut short by shutdown (the grace period over) ends as OpenAI
+// ends a failed stream: an error event and no [DONE], no finish_reason —
+// a client must not take half an answer for a whole one.
+TEST(ServeShutdown, AStreamCutShortEndsWithAnErrorEvent) {
+    ServerOptions o;
+    o.grace_seconds = 0.2;
+    OneSequenceServer one(o);
+    Server& server = one.server;
+
+    httplib::Client c("127.0.0.1", one.port);
+    c.set_read_timeout(30);
+    std::string body;
+    std::thread stopper;
+    auto r =
+        post_receiving(c, "/v1/chat/completions", {}, chat_body("And God said", 4000, true).dump(),
+                       [&](const char* d, size_t n) {
+                           body.append(d, n);
+                           if (!stopper.joinable() && body.size() > 2000)
+                               stopper = std::thread([&server] { server.shutdown(); });
+                           return true;
+                       });
+    if (stopper.joinable()) stopper.join();
+    ASSERT_TRUE(r) << "the stream did not end cleanly";
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(body.find("[DONE]"), std::string::npos) << "a cut stream must not say [DONE]";
+    EXPECT_EQ(body.find("\"finish_reason\":\"stop\""), std::string::npos);
+    EXPECT_EQ(body.find("\"finish_reason\":\"length\""), std::string::npos);
+    const size_t last = body.rfind("data: ");
+    ASSERT_NE(last, std::string::npos);
+    json ev = json::parse(body.substr(last + 6));
+    ASSERT_TRUE(ev.contains("error")) << ev.dump();
+    EXPECT_NE(ev["error"]["message"].get<std::string>().find("cut short"), std::string::npos);
+    EXPECT_TRUE(ev["error"]["type"].is_string());
+    EXPECT_TRUE(ev["error"]["code"].is_null() || ev["error"]["code"].is_string());
 }
 
 }  // namespace

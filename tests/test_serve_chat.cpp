@@ -67,7 +67,7 @@ TEST(ServeReply, ToolCallBlocksBecomeCalls) {
         "{}}\n</tool_call>";
     for (auto parse : {parse_whole, parse_bytewise}) {
         Split s = parse(reply, false, true);
-        EXPECT_EQ(s.content, "Let me look.\n\n");
+        EXPECT_EQ(s.content, "Let me look.");  // the blanks before a call are not content
         ASSERT_EQ(s.calls.size(), 2u);
         EXPECT_EQ(s.calls[0].first, "get_weather");
         EXPECT_EQ(s.calls[0].second, R"({"city":"Paris","days":2})");  // key order kept
@@ -82,10 +82,25 @@ TEST(ServeReply, ToolCallBlocksBecomeCalls) {
     EXPECT_TRUE(parse_whole(reply, false, false).calls.empty());
 }
 
+// Blanks at the end of content are held until more content follows, and
+// dropped at the reply's end: a stream never sends what the whole answer
+// would not hold.
+TEST(ServeReply, TrailingBlanksHeldThenDropped) {
+    ReplyParser p(true, false);
+    Split s = collect(p.feed("<think>x</think>\n\nHello "));
+    EXPECT_EQ(s.content, "Hello");
+    s = collect(p.feed("\nworld \n"), s);
+    EXPECT_EQ(s.content, "Hello \nworld");
+    s = collect(p.finish(), s);
+    EXPECT_EQ(s.content, "Hello \nworld");
+    EXPECT_EQ(s.reasoning, "x");
+}
+
 TEST(ServeReply, StreamHoldsBackHalfATag) {
     ReplyParser p(false, true);
     Split s = collect(p.feed("Sure <tool_"));
-    EXPECT_EQ(s.content, "Sure ");  // "<tool_" may open a call: not shown yet
+    EXPECT_EQ(s.content,
+              "Sure");  // "<tool_" may open a call (and the blank end content): not shown yet
     s = collect(p.feed("box> is text"), s);
     EXPECT_EQ(s.content, "Sure <tool_box> is text");
 }
@@ -136,15 +151,16 @@ TEST(ServeChatPrompt, Qwen3ThinkingAndToolCalls) {
         {"assistant", "Checking.", {{"w", ojson::object()}}},
     };
     const std::string got = minfer::serve::render_chat(msgs, {}, f, true);
-    EXPECT_EQ(got,
-              "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
-              "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n"
-              // The last message, after the last query: the template gives it
-              // a think block even when empty (checked against the GGUF's
-              // jinja template rendered by Jinja2).
-              "<|im_start|>assistant\n<think>\n\n</think>\n\nChecking.\n<tool_call>\n{\"name\": "
-              "\"w\", \"arguments\": {}}\n</tool_call><|im_end|>\n<|im_start|>assistant\n<think>\n\n"
-              "</think>\n\n");
+    EXPECT_EQ(
+        got,
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+        "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nWeather?<|im_end|>\n"
+        // The last message, after the last query: the template gives it
+        // a think block even when empty (checked against the GGUF's
+        // jinja template rendered by Jinja2).
+        "<|im_start|>assistant\n<think>\n\n</think>\n\nChecking.\n<tool_call>\n{\"name\": "
+        "\"w\", \"arguments\": {}}\n</tool_call><|im_end|>\n<|im_start|>assistant\n<think>\n\n"
+        "</think>\n\n");
 }
 
 // Qwen3's template shows reasoning again only in the assistant turns after
@@ -186,7 +202,8 @@ TEST(ServeChatPrompt, Qwen3KeepsReasoningOfTheCurrentToolRun) {
     // After a new query the earlier run's reasoning is dropped.
     std::vector<ChatMsg> later = in_content;
     later.push_back({"user", "Thanks", {}});
-    EXPECT_EQ(minfer::serve::render_chat(later, {}, f, false).find("need a tool"), std::string::npos);
+    EXPECT_EQ(minfer::serve::render_chat(later, {}, f, false).find("need a tool"),
+              std::string::npos);
 
     // Qwen2.5 has no reasoning: content is written as sent.
     ChatFlavor q25;

@@ -13,9 +13,7 @@ const char* error_type(int status) {
         case 400:
             return "invalid_request_error";
         case 401:
-            return "authentication_error";
         case 404:
-            return "not_found_error";
         case 413:
             return "invalid_request_error";
         case 503:
@@ -25,9 +23,11 @@ const char* error_type(int status) {
     }
 }
 
-nlohmann::json error_body(int status, const std::string& message, const std::string& param) {
+nlohmann::json error_body(int status, const std::string& message, const std::string& param,
+                          const std::string& code) {
     using json = nlohmann::json;
-    json e = {{"message", message}, {"type", error_type(status)}, {"code", status}};
+    json e = {{"message", message}, {"type", error_type(status)}};
+    e["code"] = code.empty() ? json(nullptr) : json(code);
     e["param"] = param.empty() ? json(nullptr) : json(param);
     return json{{"error", e}};
 }
@@ -92,9 +92,18 @@ bool get_bool(const json& b, const char* key) {
 }
 
 // "content": a string, or a list of parts of which only text is supported.
+// Absent or null only where OpenAI allows it: an assistant message that
+// carries tool_calls (a user turn of nothing would generate from nothing).
 std::string message_content(const json& m, size_t i) {
     const std::string where = "messages[" + std::to_string(i) + "].content";
-    if (!m.contains("content") || m["content"].is_null()) return {};
+    if (!m.contains("content") || m["content"].is_null()) {
+        if (m["role"] == "assistant" && has(m, "tool_calls")) return {};
+        throw ApiError(400,
+                       "'" + where + "' is " + (m.contains("content") ? "null" : "missing") +
+                           ": a " + m["role"].get<std::string>() +
+                           " message needs content (a string or a list of text parts)",
+                       where);
+    }
     const json& c = m["content"];
     if (c.is_string()) return c.get<std::string>();
     if (!c.is_array())
@@ -205,26 +214,41 @@ std::vector<json> parse_tools(const json& b) {
     return tools;
 }
 
-std::vector<int32_t> parse_prompt(const json& b, const tokenizer::Tokenizer& tok) {
-    if (!b.contains("prompt")) throw ApiError(400, "'prompt' is required", "prompt");
-    const json& p = b["prompt"];
+// One prompt: text, or a list of token ids. `where` names it in errors.
+std::vector<int32_t> one_prompt(const json& p, const tokenizer::Tokenizer& tok,
+                                const std::string& where) {
     if (p.is_string()) return tok.encode(p.get<std::string>(), true, true);
-    if (p.is_array() && p.size() == 1 && p[0].is_string())
-        return tok.encode(p[0].get<std::string>(), true, true);
     if (p.is_array() && !p.empty() && p[0].is_number()) {
         std::vector<int32_t> ids;
         for (const json& t : p) {
             if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab())
                 throw ApiError(400,
-                               "'prompt' token ids must be integers in [0, " +
+                               "'" + where + "' token ids must be integers in [0, " +
                                    std::to_string(tok.n_vocab()) + "), got " + t.dump(),
                                "prompt");
             ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
         }
         return ids;
     }
-    throw ApiError(400, "'prompt' must be a string or a list of token ids (one prompt per request)",
-                   "prompt");
+    throw ApiError(400, "'" + where + "' must be a string or a list of token ids", "prompt");
+}
+
+// "prompt": a string, a list of token ids, or a list of either (OpenAI's
+// batch: one choice per prompt).
+std::vector<std::vector<int32_t>> parse_prompts(const json& b, const tokenizer::Tokenizer& tok) {
+    if (!b.contains("prompt")) throw ApiError(400, "'prompt' is required", "prompt");
+    const json& p = b["prompt"];
+    const bool list = p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array());
+    if (!list) return {one_prompt(p, tok, "prompt")};
+    std::vector<std::vector<int32_t>> out;
+    for (size_t i = 0; i < p.size(); ++i) {
+        const std::string where = "prompt[" + std::to_string(i) + "]";
+        if (!p[i].is_string() && !p[i].is_array())
+            throw ApiError(400, "'" + where + "' must be a string or a list of token ids",
+                           "prompt");
+        out.push_back(one_prompt(p[i], tok, where));
+    }
+    return out;
 }
 
 }  // namespace
@@ -323,18 +347,26 @@ CompletionRequest parse_completion_request(const json& b, bool chat,
         r.tools = !tools.empty();
         r.think = flavor.qwen3 && !no_think;
         const std::string text = render_chat(messages, tools, flavor, no_think);
-        r.gen.prompt = tok.encode(text, true, true);
+        r.prompts.push_back(tok.encode(text, true, true));
     } else {
-        r.gen.prompt = parse_prompt(b, tok);
+        r.prompts = parse_prompts(b, tok);
     }
-    const int64_t n_prompt = static_cast<int64_t>(r.gen.prompt.size());
-    if (n_prompt == 0) throw ApiError(400, "the prompt is empty", chat ? "messages" : "prompt");
-    if (n_prompt + 1 > n_ctx)
-        throw ApiError(400,
-                       "the prompt has " + std::to_string(n_prompt) +
-                           " tokens but the context holds " + std::to_string(n_ctx) +
-                           " (the prompt and at least one generated token must fit)",
-                       chat ? "messages" : "prompt");
+    for (size_t i = 0; i < r.prompts.size(); ++i) {
+        const std::string where = chat                   ? "messages"
+                                  : r.prompts.size() > 1 ? "prompt[" + std::to_string(i) + "]"
+                                                         : "prompt";
+        const int64_t n_prompt = static_cast<int64_t>(r.prompts[i].size());
+        if (n_prompt == 0)
+            throw ApiError(400, "'" + where + "' is empty", chat ? "messages" : "prompt");
+        if (n_prompt + 1 > n_ctx)
+            throw ApiError(400,
+                           "the prompt" + (r.prompts.size() > 1 ? " " + where : std::string()) +
+                               " has " + std::to_string(n_prompt) +
+                               " tokens but the context holds " + std::to_string(n_ctx) +
+                               " (the prompt and at least one generated token must fit)",
+                           chat ? "messages" : "prompt", "context_length_exceeded");
+    }
+    r.gen.prompt = r.prompts[0];
     return r;
 }
 

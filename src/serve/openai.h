@@ -16,18 +16,22 @@
 
 namespace minfer::serve {
 
-// An error answered as {"error":{"message","type","code","param"}}.
+// An error answered as {"error":{"message","type","code","param"}}: code is
+// OpenAI's machine-readable string ("invalid_api_key", "model_not_found",
+// "context_length_exceeded") or, empty here, null — never the HTTP status.
 class ApiError : public Error {
   public:
-    ApiError(int status, const std::string& message, std::string param = {})
-        : Error(message), status(status), param(std::move(param)) {}
+    ApiError(int status, const std::string& message, std::string param = {}, std::string code = {})
+        : Error(message), status(status), param(std::move(param)), code(std::move(code)) {}
     int status;
     std::string param;
+    std::string code;
 };
 
 // OpenAI's error type names for an HTTP status.
 const char* error_type(int status);
-nlohmann::json error_body(int status, const std::string& message, const std::string& param = {});
+nlohmann::json error_body(int status, const std::string& message, const std::string& param = {},
+                          const std::string& code = {});
 
 // Request bodies keep their keys' order (tools are rendered into the prompt as sent).
 using RequestJson = nlohmann::ordered_json;
@@ -36,7 +40,10 @@ using RequestJson = nlohmann::ordered_json;
 struct CompletionRequest {
     bool chat = false;
     std::string model;
-    runtime::GenParams gen;
+    runtime::GenParams gen;  // the prompt: prompts[0]
+    // /v1/completions: every prompt of a list ("prompt": ["One", "Two"] or a
+    // list of token-id lists), each its own engine request; chat: one.
+    std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> stops;
     bool stream = false;
     bool include_usage = false;

@@ -57,11 +57,21 @@ void ReplyParser::emit_text(std::vector<ReplyPart>& out, ReplyPart::Kind kind, s
         if (text.empty()) return;
         content_started_ = true;
     }
+    if (kind == ReplyPart::Content) {
+        // Blanks are held back until more content follows: those before a
+        // tool call (the template's separator) or at the reply's end are not
+        // content, and a stream cannot take back what it has sent.
+        text = std::move(held_space_) + text;
+        size_t end = text.size();
+        while (end > 0 && is_space(text[end - 1])) --end;
+        held_space_ = text.substr(end);
+        text.resize(end);
+    }
     if (text.empty()) return;
     if (!out.empty() && out.back().kind == kind && kind != ReplyPart::ToolCall)
         out.back().text += text;
     else
-        out.push_back({kind, std::move(text), {}, {}});
+        out.push_back({kind, std::move(text), {}, {}, {}});
 }
 
 void ReplyParser::emit_tool(std::vector<ReplyPart>& out, const std::string& body) {
@@ -78,6 +88,7 @@ void ReplyParser::emit_tool(std::vector<ReplyPart>& out, const std::string& body
             p.arguments = j["arguments"].dump(-1, ' ', false,
                                               nlohmann::ordered_json::error_handler_t::replace);
         ++n_tool_calls_;
+        held_space_.clear();
         out.push_back(std::move(p));
     } else {
         // Not a call the model finished properly: give it back as text.
@@ -162,6 +173,7 @@ std::vector<ReplyPart> ReplyParser::finish() {
             break;
     }
     buf_.clear();
+    held_space_.clear();  // trailing blanks end no content
     state_ = State::Content;
     return out;
 }

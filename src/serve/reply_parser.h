@@ -2,7 +2,10 @@
 // separately: Qwen3's <think>…</think> block becomes reasoning_content,
 // Qwen2.5/Qwen3 <tool_call>{json}</tool_call> blocks become tool_calls, and
 // the rest is content. Text that may be the start of a tag is held back
-// until it is known, so a stream never shows half a tag.
+// until it is known, so a stream never shows half a tag; so are blanks at
+// the end of content, dropped where a tool call or the reply follows. The
+// server makes a streamed and a whole reply with the same parser, so the two
+// are equal.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -16,6 +19,7 @@ struct ReplyPart {
     std::string text;       // Content / Reasoning
     std::string name;       // ToolCall: function name
     std::string arguments;  // ToolCall: the arguments as JSON text
+    std::string id;         // ToolCall: the call's id (the server sets it)
 };
 
 class ReplyParser {
@@ -34,6 +38,7 @@ class ReplyParser {
     std::string buf_;  // not yet emitted
     int n_tool_calls_ = 0;
     bool content_started_ = false;
+    std::string held_space_;  // content's trailing blanks, not yet known to be content
 
     void emit_text(std::vector<ReplyPart>& out, ReplyPart::Kind kind, std::string text);
     void emit_tool(std::vector<ReplyPart>& out, const std::string& body);

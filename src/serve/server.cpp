@@ -114,15 +114,19 @@ bool peer_hung_up(int fd) {
 }
 
 void send_error(httplib::Response& res, int status, const std::string& message,
-                const std::string& param = {}) {
+                const std::string& param = {}, const std::string& code = {}) {
     res.status = status;
-    res.set_content(dump(error_body(status, message, param)), "application/json");
+    res.set_content(dump(error_body(status, message, param, code)), "application/json");
 }
 
 // Per worker thread: what the request log line says beyond method, path and
 // status (generation requests fill it in), and when the request came in.
 thread_local std::string t_log_detail;
 thread_local Clock::time_point t_request_start;
+// Set when the request reached routing: httplib answers a request whose
+// line or headers do not parse (400) without it, and t_request_start then
+// holds an earlier request's time.
+thread_local bool t_routed = false;
 
 const char* finish_reason_openai(runtime::FinishReason r) {
     switch (r) {
@@ -144,10 +148,18 @@ json bytes_of(const std::string& s) {
 }  // namespace
 
 // One generation request: the engine's callbacks (engine thread) fill it,
-// the HTTP worker reads it.
+// the HTTP worker reads it. A completions request with a list of prompts is
+// one engine request per prompt; its choices are prompt-major (prompt p's
+// sample k is choice p * n + k, as OpenAI and llama-server order them).
 struct Job {
     struct Sample {
         std::unique_ptr<runtime::SampleText> text;
+        std::unique_ptr<ReplyParser> parser;  // chat with tools or thinking
+        // The reply as split so far: the stream's deltas and the whole
+        // answer are both made of these (advance()), so they are equal.
+        std::string content, reasoning;
+        json tool_calls = json::array();     // [{id, type, function}]
+        bool drained = false;                // finished, and all its text split
         json logprobs = json::array();       // chat: content entries
         std::vector<json> pending_logprobs;  // not yet streamed
         bool finished = false;
@@ -155,9 +167,7 @@ struct Job {
         runtime::RequestResult result;
         Clock::time_point last_token;
         bool any_token = false;
-        int64_t n_tokens = 0;                 // seen so far (the result's count arrives last)
-        std::unique_ptr<ReplyParser> parser;  // chat with tools or thinking: streamed parts
-        int tool_calls_sent = 0;
+        int64_t n_tokens = 0;  // seen so far (the result's count arrives last)
     };
     std::mutex mu;
     std::condition_variable cv;
@@ -165,15 +175,94 @@ struct Job {
     std::vector<Sample> samples;
     int n_finished = 0;
     bool first_event = false;
-    bool role_sent = false;  // chat streams: the assistant role chunk went out
-    uint64_t events = 0;     // callbacks so far (the stream wakes on a change)
-    runtime::RequestId id = 0;
+    bool role_sent = false;               // chat streams: the assistant role chunk went out
+    uint64_t events = 0;                  // callbacks so far (the stream wakes on a change)
+    std::vector<runtime::RequestId> ids;  // one per prompt
     std::string oai_id;
     int64_t created = 0;
     Clock::time_point t_start;
+    Clock::time_point t_first_token;  // the first token of any sample
+    bool any_token = false;
 
     bool done() const { return n_finished == static_cast<int>(samples.size()); }
+    // A sample cut short: cancelled (shutdown) or failed.
+    bool failed() const {
+        for (const auto& s : samples)
+            if (s.finished && (s.result.reason == runtime::FinishReason::Cancelled ||
+                               s.result.reason == runtime::FinishReason::Error))
+                return true;
+        return false;
+    }
+    // Prompt p's first sample: its result carries the prompt's counts.
+    const runtime::RequestResult& prompt_result(size_t p) const {
+        return samples[p * static_cast<size_t>(req.gen.n_samples)].result;
+    }
 };
+
+namespace {
+
+json tool_call_json(const ReplyPart& p) {
+    return {{"id", p.id},
+            {"type", "function"},
+            {"function", {{"name", p.name}, {"arguments", p.arguments}}}};
+}
+
+// Takes the sample's text that is final and not yet taken (all of it once
+// the sample finished) and splits it into reply parts — with the parser for
+// chat with tools or thinking, else all content. The parts are added to the
+// sample's reply and returned (a stream's next deltas). The one path from
+// tokens to reply text, for streams and whole answers alike.
+std::vector<ReplyPart> advance(Job::Sample& s) {
+    if (s.drained) return {};
+    std::string text = s.finished ? s.text->finish() : s.text->take_ready();
+    std::vector<ReplyPart> parts;
+    if (s.parser) {
+        parts = s.parser->feed(text);
+        if (s.finished)
+            for (auto& p : s.parser->finish()) parts.push_back(std::move(p));
+    } else if (!text.empty()) {
+        ReplyPart p;
+        p.text = std::move(text);
+        parts.push_back(std::move(p));
+    }
+    s.drained = s.finished;
+    for (auto& p : parts) {
+        if (p.kind == ReplyPart::Content) s.content += p.text;
+        if (p.kind == ReplyPart::Reasoning) s.reasoning += p.text;
+        if (p.kind == ReplyPart::ToolCall) {
+            p.id = random_id("call_");
+            s.tool_calls.push_back(tool_call_json(p));
+        }
+    }
+    return parts;
+}
+
+// Logprob entries (chat's shape) in the legacy completions shape.
+json completion_logprobs(const std::vector<json>& entries, bool with_offsets) {
+    json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+         offsets = json::array();
+    size_t off = 0;
+    for (const auto& e : entries) {
+        tokens.push_back(e["token"]);
+        token_lps.push_back(e["logprob"]);
+        json t = json::object();
+        for (const auto& x : e["top_logprobs"]) t[x["token"].get<std::string>()] = x["logprob"];
+        tops.push_back(t);
+        offsets.push_back(off);
+        off += e["token"].get<std::string>().size();
+    }
+    json lp = {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}};
+    if (with_offsets) lp["text_offset"] = offsets;
+    return lp;
+}
+
+const char* finish_reason_of(const Job::Sample& s) {
+    if (!s.tool_calls.empty() && s.result.reason == runtime::FinishReason::Stop)
+        return "tool_calls";
+    return finish_reason_openai(s.result.reason);
+}
+
+}  // namespace
 
 struct Server::Impl {
     ServerOptions opt;
@@ -202,12 +291,18 @@ struct Server::Impl {
     void log_line(const httplib::Request& req, const httplib::Response& res) {
         metrics.request_done(res.status);
         if (!opt.log_requests || !opt.log) return;
-        const double ms = ms_between(t_request_start, Clock::now());
-        std::fprintf(opt.log, "minfer: %s %s %d %.1f ms%s%s\n", req.method.c_str(),
-                     req.path.c_str(), res.status, ms, t_log_detail.empty() ? "" : " ",
-                     t_log_detail.c_str());
+        if (!t_routed) {
+            // Its method and path are whatever bytes came (TLS, garbage): not logged.
+            std::fprintf(opt.log, "minfer: - - %d (request not parsed)\n", res.status);
+        } else {
+            const double ms = ms_between(t_request_start, Clock::now());
+            std::fprintf(opt.log, "minfer: %s %s %d %.1f ms%s%s\n", req.method.c_str(),
+                         req.path.c_str(), res.status, ms, t_log_detail.empty() ? "" : " ",
+                         t_log_detail.c_str());
+        }
         std::fflush(opt.log);
         t_log_detail.clear();
+        t_routed = false;
     }
 
     bool authorized(const httplib::Request& req) const {
@@ -235,71 +330,35 @@ json Server::Impl::final_body(Job& job) {
     int64_t completion_tokens = 0;
     for (size_t i = 0; i < job.samples.size(); ++i) {
         auto& s = job.samples[i];
+        advance(s);
         completion_tokens += s.result.generated;
-        json c = {{"index", i}, {"finish_reason", finish_reason_openai(s.result.reason)}};
-        if (r.chat && (r.tools || r.think)) {
-            // Split the reply: reasoning, content, tool calls.
-            ReplyParser parser(r.think, r.tools);
-            auto parts = parser.feed(s.text->text());
-            for (auto& p : parser.finish()) parts.push_back(std::move(p));
-            std::string content, reasoning;
-            json calls = json::array();
-            for (const auto& p : parts) {
-                if (p.kind == ReplyPart::Content) content += p.text;
-                if (p.kind == ReplyPart::Reasoning) reasoning += p.text;
-                if (p.kind == ReplyPart::ToolCall)
-                    calls.push_back({{"id", random_id("call_")},
-                                     {"type", "function"},
-                                     {"function", {{"name", p.name}, {"arguments", p.arguments}}}});
-            }
-            while (!content.empty() && (content.back() == '\n' || content.back() == ' '))
-                content.pop_back();
+        json c = {{"index", i}, {"finish_reason", finish_reason_of(s)}};
+        if (r.chat) {
             json msg = {{"role", "assistant"}};
-            msg["content"] = content.empty() && !calls.empty() ? json(nullptr) : json(content);
-            if (!reasoning.empty()) msg["reasoning_content"] = reasoning;
-            if (!calls.empty()) {
-                msg["tool_calls"] = calls;
-                if (s.result.reason == runtime::FinishReason::Stop)
-                    c["finish_reason"] = "tool_calls";
-            }
+            msg["content"] =
+                s.content.empty() && !s.tool_calls.empty() ? json(nullptr) : json(s.content);
+            if (!s.reasoning.empty()) msg["reasoning_content"] = s.reasoning;
+            if (!s.tool_calls.empty()) msg["tool_calls"] = s.tool_calls;
             c["message"] = msg;
+        } else {
+            c["text"] = s.content;
         }
         json lp = nullptr;
-        if (r.logprobs) {
-            if (r.chat) {
-                lp = json{{"content", s.logprobs}};
-            } else {
-                json tokens = json::array(), token_lps = json::array(), tops = json::array(),
-                     offsets = json::array();
-                size_t off = 0;
-                for (const auto& e : s.logprobs) {
-                    tokens.push_back(e["token"]);
-                    token_lps.push_back(e["logprob"]);
-                    json t = json::object();
-                    for (const auto& x : e["top_logprobs"])
-                        t[x["token"].get<std::string>()] = x["logprob"];
-                    tops.push_back(t);
-                    offsets.push_back(off);
-                    off += e["token"].get<std::string>().size();
-                }
-                lp = json{{"tokens", tokens},
-                          {"token_logprobs", token_lps},
-                          {"top_logprobs", tops},
-                          {"text_offset", offsets}};
-            }
-        }
+        if (r.logprobs)
+            lp = r.chat ? json{{"content", s.logprobs}}
+                        : completion_logprobs(s.logprobs.get<std::vector<json>>(), true);
         c["logprobs"] = lp;
-        if (r.chat && !c.contains("message"))
-            c["message"] = {{"role", "assistant"}, {"content", s.text->text()}};
-        else if (!r.chat)
-            c["text"] = s.text->text();
         choices.push_back(c);
     }
-    const auto& r0 = job.samples[0].result;
-    json usage = {{"prompt_tokens", r0.prompt_tokens},
+    int64_t prompt_tokens = 0, cached_tokens = 0;
+    for (size_t p = 0; p < r.prompts.size(); ++p) {
+        prompt_tokens += job.prompt_result(p).prompt_tokens;
+        cached_tokens += job.prompt_result(p).cached_tokens;
+    }
+    json usage = {{"prompt_tokens", prompt_tokens},
                   {"completion_tokens", completion_tokens},
-                  {"total_tokens", r0.prompt_tokens + completion_tokens},
-                  {"prompt_tokens_details", {{"cached_tokens", r0.cached_tokens}}}};
+                  {"total_tokens", prompt_tokens + completion_tokens},
+                  {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
     return json{
         {"id", job.oai_id},       {"object", r.chat ? "chat.completion" : "text_completion"},
         {"created", job.created}, {"model", r.model.empty() ? opt.model_name : r.model},
@@ -307,7 +366,9 @@ json Server::Impl::final_body(Job& job) {
 }
 
 // The SSE events for whatever the job holds that is not yet sent (caller
-// holds job.mu). With final_pass, also the usage chunk and [DONE].
+// holds job.mu). With final_pass, also the usage chunk and [DONE] — or, for
+// a reply cut short (shutdown, a failure), an error event and no [DONE], as
+// OpenAI ends a failed stream: a client must not take it for a whole answer.
 std::string Server::Impl::stream_chunks(Job& job, bool final_pass) {
     const auto& r = job.req;
     std::string out;
@@ -323,80 +384,58 @@ std::string Server::Impl::stream_chunks(Job& job, bool final_pass) {
     for (size_t i = 0; i < job.samples.size(); ++i) {
         auto& s = job.samples[i];
         if (s.finish_sent) continue;
-        std::string text = s.finished ? s.text->finish() : s.text->take_ready();
-        // Chat with tools or thinking: the parts of the reply become their own deltas.
         std::vector<json> deltas;
-        if (s.parser) {
-            auto parts = s.parser->feed(text);
-            if (s.finished)
-                for (auto& p : s.parser->finish()) parts.push_back(std::move(p));
-            for (const auto& p : parts) {
-                if (p.kind == ReplyPart::Content) deltas.push_back({{"content", p.text}});
-                if (p.kind == ReplyPart::Reasoning)
-                    deltas.push_back({{"reasoning_content", p.text}});
-                if (p.kind == ReplyPart::ToolCall)
-                    deltas.push_back(
-                        {{"tool_calls",
-                          json::array(
-                              {{{"index", s.tool_calls_sent++},
-                                {"id", random_id("call_")},
-                                {"type", "function"},
-                                {"function", {{"name", p.name}, {"arguments", p.arguments}}}}})}});
+        for (const auto& p : advance(s)) {
+            if (p.kind == ReplyPart::Content)
+                deltas.push_back(r.chat ? json{{"content", p.text}} : json{{"text", p.text}});
+            if (p.kind == ReplyPart::Reasoning) deltas.push_back({{"reasoning_content", p.text}});
+            if (p.kind == ReplyPart::ToolCall) {
+                json call = tool_call_json(p);
+                call["index"] = s.tool_calls.size() - 1;
+                deltas.push_back({{"tool_calls", json::array({call})}});
             }
-            text.clear();
-            if (deltas.empty() && !s.pending_logprobs.empty()) deltas.push_back({{"content", ""}});
         }
+        // Logprobs of tokens whose text is held back still go out now.
+        if (deltas.empty() && !s.pending_logprobs.empty())
+            deltas.push_back(r.chat ? json{{"content", ""}} : json{{"text", ""}});
         for (const auto& d : deltas) {
-            json choice = {{"index", i}, {"finish_reason", nullptr}, {"delta", d}};
-            json lp = nullptr;
-            if (r.logprobs && !s.pending_logprobs.empty())
-                lp = json{{"content", s.pending_logprobs}};
-            s.pending_logprobs.clear();
-            choice["logprobs"] = lp;
-            chunk(choice);
-        }
-        if (!s.parser && (!text.empty() || !s.pending_logprobs.empty())) {
             json choice = {{"index", i}, {"finish_reason", nullptr}};
             json lp = nullptr;
-            if (r.logprobs && !s.pending_logprobs.empty()) {
-                if (r.chat) {
-                    lp = json{{"content", s.pending_logprobs}};
-                } else {
-                    json tokens = json::array(), lps = json::array(), tops = json::array();
-                    for (const auto& e : s.pending_logprobs) {
-                        tokens.push_back(e["token"]);
-                        lps.push_back(e["logprob"]);
-                        json t = json::object();
-                        for (const auto& x : e["top_logprobs"])
-                            t[x["token"].get<std::string>()] = x["logprob"];
-                        tops.push_back(t);
-                    }
-                    lp = json{{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
-                }
-            }
+            if (r.logprobs && !s.pending_logprobs.empty())
+                lp = r.chat ? json{{"content", s.pending_logprobs}}
+                            : completion_logprobs(s.pending_logprobs, false);
             s.pending_logprobs.clear();
             choice["logprobs"] = lp;
             if (r.chat)
-                choice["delta"] = {{"content", text}};
+                choice["delta"] = d;
             else
-                choice["text"] = text;
+                choice["text"] = d["text"];
             chunk(choice);
         }
         if (s.finished) {
-            json choice = {{"index", i},
-                           {"logprobs", nullptr},
-                           {"finish_reason", finish_reason_openai(s.result.reason)}};
-            if (s.tool_calls_sent > 0 && s.result.reason == runtime::FinishReason::Stop)
-                choice["finish_reason"] = "tool_calls";
+            s.finish_sent = true;
+            const auto reason = s.result.reason;
+            if (reason == runtime::FinishReason::Cancelled ||
+                reason == runtime::FinishReason::Error)
+                continue;  // no finish_reason: the error event ends the stream
+            json choice = {
+                {"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason_of(s)}};
             if (r.chat)
                 choice["delta"] = json::object();
             else
                 choice["text"] = "";
             chunk(choice);
-            s.finish_sent = true;
         }
     }
     if (final_pass) {
+        if (job.failed()) {
+            std::string why = "the reply was cut short: the server is shutting down";
+            for (const auto& s : job.samples)
+                if (s.result.reason == runtime::FinishReason::Error)
+                    why = "generation failed: " + s.result.error;
+            out += "data: " + dump(error_body(500, why)) + "\n\n";
+            return out;
+        }
         if (r.include_usage) {
             json body = final_body(job);
             json c = {{"id", job.oai_id},
@@ -432,7 +471,8 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     job->t_start = Clock::now();
     job->created = unix_time();
     job->oai_id = random_id(chat ? "chatcmpl-" : "cmpl-");
-    for (int i = 0; i < job->req.gen.n_samples; ++i) {
+    const size_t n_choices = job->req.prompts.size() * static_cast<size_t>(job->req.gen.n_samples);
+    for (size_t i = 0; i < n_choices; ++i) {
         Job::Sample s;
         s.text = std::make_unique<runtime::SampleText>(*tok, job->req.stops);
         if (chat && (job->req.tools || job->req.think))
@@ -460,82 +500,110 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     };
     auto slot = std::make_shared<Release>(&active);
 
-    runtime::RequestCallbacks cb;
     const bool want_lp = job->req.logprobs;
-    cb.on_token = [this, job, want_lp](const runtime::TokenEvent& ev) {
-        std::lock_guard<std::mutex> lk(job->mu);
-        auto& s = job->samples[static_cast<size_t>(ev.sample)];
-        const auto now = Clock::now();
-        if (s.any_token) metrics.inter_token(ms_between(s.last_token, now) / 1e3);
-        s.any_token = true;
-        s.last_token = now;
-        ++s.n_tokens;
-        const bool go_on = s.text->push(ev.token);
-        if (want_lp) {
-            const std::string piece = tok->token_to_piece(ev.token);
-            json tops = json::array();
-            for (const auto& [t, lp] : ev.top) {
-                const std::string p = tok->token_to_piece(t);
-                tops.push_back({{"token", p}, {"logprob", lp}, {"bytes", bytes_of(p)}});
-            }
-            json e = {{"token", piece},
-                      {"logprob", ev.logprob},
-                      {"bytes", bytes_of(piece)},
-                      {"top_logprobs", tops}};
-            s.logprobs.push_back(e);
-            s.pending_logprobs.push_back(e);
-        }
-        job->first_event = true;
-        ++job->events;
-        job->cv.notify_all();
-        return go_on;
-    };
-    cb.on_finish = [this, job](const runtime::RequestResult& r) {
-        {
+    // Prompt p's callbacks: its samples are the job's choices from `first` on.
+    auto callbacks = [this, job, want_lp](size_t first) {
+        runtime::RequestCallbacks cb;
+        cb.on_token = [this, job, want_lp, first](const runtime::TokenEvent& ev) {
             std::lock_guard<std::mutex> lk(job->mu);
-            auto& s = job->samples[static_cast<size_t>(r.sample)];
-            s.result = r;
-            s.finished = true;
-            ++job->n_finished;
+            auto& s = job->samples[first + static_cast<size_t>(ev.sample)];
+            const auto now = Clock::now();
+            if (s.any_token) metrics.inter_token(ms_between(s.last_token, now) / 1e3);
+            if (!job->any_token) job->t_first_token = now;
+            job->any_token = s.any_token = true;
+            s.last_token = now;
+            ++s.n_tokens;
+            const bool go_on = s.text->push(ev.token);
+            if (want_lp) {
+                const std::string piece = tok->token_to_piece(ev.token);
+                json tops = json::array();
+                for (const auto& [t, lp] : ev.top) {
+                    const std::string p = tok->token_to_piece(t);
+                    tops.push_back({{"token", p}, {"logprob", lp}, {"bytes", bytes_of(p)}});
+                }
+                json e = {{"token", piece},
+                          {"logprob", ev.logprob},
+                          {"bytes", bytes_of(piece)},
+                          {"top_logprobs", tops}};
+                s.logprobs.push_back(e);
+                s.pending_logprobs.push_back(e);
+            }
             job->first_event = true;
             ++job->events;
-            if (r.sample == 0 && r.reason != runtime::FinishReason::Cancelled &&
-                r.reason != runtime::FinishReason::Error)
-                metrics.first_token(r.t_first_token_ms / 1e3);
-            if (job->done()) {
-                std::lock_guard<std::mutex> lk2(jobs_mu);
-                live.erase(job->id);
+            job->cv.notify_all();
+            return go_on;
+        };
+        cb.on_finish = [this, job, first](const runtime::RequestResult& r) {
+            {
+                std::lock_guard<std::mutex> lk(job->mu);
+                auto& s = job->samples[first + static_cast<size_t>(r.sample)];
+                s.result = r;
+                s.finished = true;
+                ++job->n_finished;
+                job->first_event = true;
+                ++job->events;
+                if (first == 0 && r.sample == 0 && r.reason != runtime::FinishReason::Cancelled &&
+                    r.reason != runtime::FinishReason::Error)
+                    metrics.first_token(r.t_first_token_ms / 1e3);
+                if (job->done()) {
+                    std::lock_guard<std::mutex> lk2(jobs_mu);
+                    for (auto id : job->ids) live.erase(id);
+                }
             }
-        }
-        job->cv.notify_all();
+            job->cv.notify_all();
+        };
+        return cb;
     };
-    runtime::RequestId id = 0;
+    // Every prompt is submitted before any is waited for: the engine runs
+    // them as sequences of one batch.
+    std::vector<runtime::RequestId> ids;
     try {
         // Not under job->mu: the engine may call back on its thread meanwhile.
-        id = engine->submit(job->req.gen, std::move(cb));
+        for (size_t p = 0; p < job->req.prompts.size(); ++p) {
+            runtime::GenParams gen = job->req.gen;
+            gen.prompt = job->req.prompts[p];
+            ids.push_back(engine->submit(
+                std::move(gen), callbacks(p * static_cast<size_t>(job->req.gen.n_samples))));
+        }
     } catch (const Error& e) {
+        for (auto id : ids) engine->cancel(id);
         throw ApiError(400, e.what());
     }
     {
         // Registered for shutdown() unless it already finished.
         std::lock_guard<std::mutex> lk(job->mu);
-        job->id = id;
+        job->ids = ids;
         std::lock_guard<std::mutex> lk2(jobs_mu);
-        if (!job->done()) live.insert(id);
+        if (!job->done()) live.insert(ids.begin(), ids.end());
     }
+    auto cancel_job = [this, ids] {
+        for (auto id : ids) engine->cancel(id);
+    };
 
     auto log_detail = [job]() {
         // job->mu held by the caller
-        int64_t gen = 0;
-        for (const auto& s : job->samples) gen += std::max(s.result.generated, s.n_tokens);
-        const auto& r0 = job->samples[0].result;
-        const auto n_prompt = static_cast<long long>(job->req.gen.prompt.size());
+        int64_t gen = 0, n_prompt = 0, cached = 0;
+        bool cancelled = false;
+        for (const auto& s : job->samples) {
+            gen += std::max(s.result.generated, s.n_tokens);
+            cancelled = cancelled || s.result.reason == runtime::FinishReason::Cancelled;
+        }
+        for (size_t p = 0; p < job->req.prompts.size(); ++p) {
+            n_prompt += static_cast<int64_t>(job->req.prompts[p].size());
+            cached += job->prompt_result(p).cached_tokens;
+        }
+        // Time to first token as this server saw it: a request that ended
+        // early (client gone, cancelled) has no engine result that says.
+        char ttft[32] = "-";
+        if (job->any_token)
+            std::snprintf(ttft, sizeof ttft, "%.1f ms",
+                          ms_between(job->t_start, job->t_first_token));
         char buf[256];
-        std::snprintf(
-            buf, sizeof buf, "prompt=%lld cached=%lld generated=%lld ttft=%.1f ms total=%.1f ms%s",
-            n_prompt, static_cast<long long>(r0.cached_tokens), static_cast<long long>(gen),
-            r0.t_first_token_ms, ms_between(job->t_start, Clock::now()),
-            r0.reason == runtime::FinishReason::Cancelled ? " cancelled" : "");
+        std::snprintf(buf, sizeof buf,
+                      "prompt=%lld cached=%lld generated=%lld ttft=%s total=%.1f ms%s",
+                      static_cast<long long>(n_prompt), static_cast<long long>(cached),
+                      static_cast<long long>(gen), ttft, ms_between(job->t_start, Clock::now()),
+                      cancelled ? " cancelled" : "");
         return std::string(buf);
     };
 
@@ -549,7 +617,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
             if (gone || conn < 0 || !peer_hung_up(conn)) continue;
             gone = true;
             lk.unlock();  // the engine may finish the job on this thread
-            engine->cancel(job->id);
+            cancel_job();
             lk.lock();
         }
         t_log_detail = log_detail();
@@ -563,7 +631,6 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
                 return send_error(res, 500, "generation failed: " + s.result.error);
             else if (s.result.reason == runtime::FinishReason::Cancelled)
                 return send_error(res, 503, "the request was cancelled (server shutting down)");
-        for (auto& s : job->samples) s.text->finish();
         res.set_content(dump(final_body(*job)), "application/json");
         return;
     }
@@ -583,7 +650,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through at once
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, slot, log_detail](size_t, httplib::DataSink& sink) {
+        [this, job, slot, log_detail, cancel_job](size_t, httplib::DataSink& sink) {
             std::unique_lock<std::mutex> lk(job->mu);
             if (job->req.chat && !job->role_sent) {
                 // The role comes first, once per choice (as OpenAI streams it).
@@ -604,7 +671,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
                 job->role_sent = true;
                 lk.unlock();
                 if (!sink.write(first.data(), first.size())) {
-                    engine->cancel(job->id);
+                    cancel_job();
                     return false;
                 }
                 lk.lock();
@@ -622,7 +689,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
                     const bool ok = sink.write(out.data(), out.size());
                     lk.lock();
                     if (!ok) {
-                        engine->cancel(job->id);
+                        cancel_job();
                         t_log_detail = log_detail() + " client gone";
                         return false;
                     }
@@ -635,8 +702,8 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
                 }
             }
         },
-        [this, job](bool success) {
-            if (!success) engine->cancel(job->id);
+        [cancel_job](bool success) {
+            if (!success) cancel_job();
         });
 }
 
@@ -647,12 +714,14 @@ void Server::Impl::install_routes() {
     http.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         t_request_start = Clock::now();
+        t_routed = true;
         t_log_detail.clear();
         if (req.method == "OPTIONS") return httplib::Server::HandlerResponse::Unhandled;
         const bool open = req.path == "/" || req.path == "/health" || req.path == "/metrics" ||
                           req.path == "/favicon.ico";
         if (!open && !authorized(req)) {
-            send_error(res, 401, "a valid API key is required (Authorization: Bearer KEY)");
+            send_error(res, 401, "a valid API key is required (Authorization: Bearer KEY)", {},
+                       "invalid_api_key");
             return httplib::Server::HandlerResponse::Handled;
         }
         return httplib::Server::HandlerResponse::Unhandled;
@@ -675,7 +744,7 @@ void Server::Impl::install_routes() {
             try {
                 std::rethrow_exception(ep);
             } catch (const ApiError& e) {
-                send_error(res, e.status, e.what(), e.param);
+                send_error(res, e.status, e.what(), e.param, e.code);
             } catch (const std::exception& e) {
                 send_error(res, 500, std::string("internal error: ") + e.what());
             } catch (...) {
@@ -711,20 +780,34 @@ void Server::Impl::install_routes() {
     http.Get("/", [](const httplib::Request&, httplib::Response& res) {
         res.set_content(chat_page_html(), "text/html; charset=utf-8");
     });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    // OpenAI's model object: what /v1/models lists and /v1/models/{id} retrieves.
+    auto model_object = [this] {
+        return json{{"id", opt.model_name},
+                    {"object", "model"},
+                    {"created", unix_time()},
+                    {"owned_by", "minfer"},
+                    {"meta",
+                     {{"n_ctx_train", model->hp.n_ctx_train},
+                      {"n_ctx", engine->options().n_ctx},
+                      {"n_vocab", model->hp.n_vocab},
+                      {"arch", model->hp.arch_name}}}};
+    };
+    http.Get("/v1/models", [this, model_object](const httplib::Request&, httplib::Response& res) {
         if (!ready) return send_error(res, 503, "the model is still loading");
-        json m = {{"id", opt.model_name},
-                  {"object", "model"},
-                  {"created", unix_time()},
-                  {"owned_by", "minfer"},
-                  {"meta",
-                   {{"n_ctx_train", model->hp.n_ctx_train},
-                    {"n_ctx", engine->options().n_ctx},
-                    {"n_vocab", model->hp.n_vocab},
-                    {"arch", model->hp.arch_name}}}};
-        res.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}),
+        res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_object()})}}),
                         "application/json");
     });
+    http.Get(R"(/v1/models/(.+))",
+             [this, model_object](const httplib::Request& req, httplib::Response& res) {
+                 if (!ready) return send_error(res, 503, "the model is still loading");
+                 const std::string id = req.matches[1];
+                 if (id != opt.model_name)
+                     return send_error(res, 404,
+                                       "the model '" + id + "' does not exist (this server has '" +
+                                           opt.model_name + "')",
+                                       "model", "model_not_found");
+                 res.set_content(dump(model_object()), "application/json");
+             });
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
         handle_completion(req, res, true);
     });

@@ -6,8 +6,12 @@ well-formed requests (chat and completions, streamed or not) with malformed
 ones (bad JSON, wrong types, out-of-range values, an oversized body, a
 truncated body, bytes that are not HTTP) and abandoned ones (the client
 hangs up before the answer or in the middle of a stream). Checks every
-answer's status and shape, then that the server is still healthy and, once
-idle, holds no KV page and no request. Fails if the time limit is exceeded.
+answer's status and shape, that at most --max-busy of the well-formed
+requests were turned away with 503, then that the server is still healthy
+and, once idle, holds no KV page and no request. Last, on the idle server,
+a few abandoned requests one at a time: each must stop generating soon
+after its client left (minfer_generated_tokens_total). Fails if the time
+limit is exceeded.
 
 usage: load_test.py --url http://127.0.0.1:PORT [--requests N] [--concurrency C] [--seconds T]
 """
@@ -29,6 +33,8 @@ def parse_args():
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--seconds", type=float, default=90)
     p.add_argument("--max-body", type=int, default=65536, help="the server's --max-body-size")
+    p.add_argument("--max-busy", type=float, default=0.25,
+                   help="largest share of well-formed requests that may be answered 503")
     return p.parse_args()
 
 
@@ -140,9 +146,9 @@ def truncated_body(i):
                    b"Content-Length: 500\r\n\r\n{\"messages\": [")
 
 
-def abandon_before_answer(i):
+def abandon_before_answer(i, max_tokens=200, ignore_eos=False):
     with socket.create_connection((HOST, PORT), timeout=10) as sk:
-        body = json.dumps(chat(f"{i} Abandoned", 200)).encode()
+        body = json.dumps(chat(f"{i} Abandoned", max_tokens) | {"ignore_eos": ignore_eos}).encode()
         sk.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                    b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
 
@@ -165,10 +171,56 @@ def abandon_mid_stream(i):
 
 KINDS = [ok_chat, ok_stream, ok_completion, bad_json, bad_type, oversized, not_http, truncated_body,
          abandon_before_answer, abandon_mid_stream, ok_chat, ok_stream]
+# Requests the server may turn away when full (503 with Retry-After).
+MAY_BE_BUSY = {ok_chat, ok_stream, ok_completion, abandon_mid_stream}
+
+
+def metrics():
+    c = conn()
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    return text, {k: float(v) for k, v in re.findall(r"^(minfer_\w+) ([0-9.e+-]+)$", text, re.M)}
+
+
+def wait_idle():
+    text = ""
+    for _ in range(200):
+        text, vals = metrics()
+        if vals.get("minfer_kv_pages_used") == 0 and vals.get("minfer_requests_running") == 0 \
+                and vals.get("minfer_requests_waiting") == 0:
+            return True, text
+        time.sleep(0.05)
+    return False, text
+
+
+def abandoned_stop_generating(failures):
+    """On the idle server, one abandoned request at a time, end-of-text
+    ignored: the tokens generated for it must stay below half of those it
+    asked for, or the server went on after its client left. (A stream sees
+    the hang-up at its next writes; a request not streamed within the 50 ms
+    the server polls its connection, more tokens at this model's speed.)"""
+    for name, asked, run in [("stream", 400, abandon_mid_stream),
+                             ("stream", 400, abandon_mid_stream),
+                             ("before the answer", 2000, lambda i: abandon_before_answer(i, 2000, True))]:
+        before = metrics()[1]["minfer_generated_tokens_total"]
+        if run(10_000) == "busy":
+            failures.append(f"abandoned {name}: 503 on an idle server")
+            continue
+        for _ in range(100):  # it has started (idle before it starts proves nothing)
+            if metrics()[1]["minfer_generated_tokens_total"] > before:
+                break
+            time.sleep(0.02)
+        idle, _ = wait_idle()
+        generated = metrics()[1]["minfer_generated_tokens_total"] - before
+        print(f"load test: abandoned {name}: {generated:.0f} of {asked} tokens generated")
+        if not idle or generated >= asked / 2:
+            failures.append(f"abandoned {name}: {generated:.0f} of {asked} tokens generated after its "
+                            f"client left (idle: {idle})")
 
 
 def main():
-    counts, failures, busy = {}, [], [0]
+    counts, failures, busy, may_be_busy = {}, [], [0], [0]
     lock = threading.Lock()
     next_i = [0]
 
@@ -180,6 +232,9 @@ def main():
                     return
                 next_i[0] += 1
             kind = KINDS[i % len(KINDS)]
+            if kind in MAY_BE_BUSY:
+                with lock:
+                    may_be_busy[0] += 1
             try:
                 if kind(i) == "busy":
                     with lock:
@@ -207,21 +262,16 @@ def main():
     if r.status != 200:
         failures.append(f"/health answers {r.status} after the load")
     r.read()
-    idle = False
-    metrics = ""
-    for _ in range(200):
-        c = conn()
-        c.request("GET", "/metrics")
-        metrics = c.getresponse().read().decode()
-        vals = {k: float(v) for k, v in re.findall(r"^(minfer_\w+) ([0-9.e+-]+)$", metrics, re.M)}
-        if vals.get("minfer_kv_pages_used") == 0 and vals.get("minfer_requests_running") == 0 \
-                and vals.get("minfer_requests_waiting") == 0:
-            idle = True
-            break
-        time.sleep(0.05)
+    # A server that turned (nearly) everything away must not pass.
+    if busy[0] > ARGS.max_busy * may_be_busy[0]:
+        failures.append(f"{busy[0]} of {may_be_busy[0]} well-formed requests answered 503 "
+                        f"(at most {ARGS.max_busy:.0%} allowed)")
+    idle, text = wait_idle()
     if not idle:
         failures.append("pages or requests still held when idle:\n" +
-                        "\n".join(l for l in metrics.splitlines() if l.startswith(("minfer_kv", "minfer_requests"))))
+                        "\n".join(l for l in text.splitlines() if l.startswith(("minfer_kv", "minfer_requests"))))
+    else:
+        abandoned_stop_generating(failures)
 
     print(f"load test: {next_i[0]} requests from {ARGS.concurrency} clients in {elapsed:.1f} s; "
           f"by kind {dict(sorted(counts.items()))}; {busy[0]} answered 503 (busy)")

@@ -43,9 +43,31 @@ sed -e "s|@WORK@|$work|g" -e "s|@PORT@|$front|g" -e "s|@REPLICA_A@|$port_a|g" -e
 "$nginx_bin" -p "$work" -c "$work/nginx.conf"
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$front/health" >/dev/null && break; sleep 0.05; done
 
-python3 - "$front" "$pid_a" <<'EOF'
-import http.client, json, os, signal, sys, time
-front, pid_a = int(sys.argv[1]), int(sys.argv[2])
+python3 - "$front" "$pid_a" "$port_a" <<'EOF'
+import http.client, json, os, signal, socket, sys, time
+front, pid_a, port_a = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+
+def stream_reads(port, key):
+    """A 1000-token stream read from a raw socket: the number of events and
+    the number of socket reads that brought at least one event's end. A
+    proxy that buffers delivers a stream in a few buffer-sized pieces; one
+    that passes events through delivers them about as they are made."""
+    body = json.dumps({"messages": [{"role": "user", "content": "And God said"}], "max_tokens": 1000,
+                       "temperature": 0, "ignore_eos": True, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sk:
+        sk.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                   b"X-Client-Key: " + key.encode() + b"\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        got, reads = b"", 0
+        while True:
+            chunk = sk.recv(65536)
+            if not chunk:
+                break
+            ends = (got + chunk).count(b"\n\n") - got.count(b"\n\n")
+            reads += ends > 0
+            got += chunk
+    assert b"data: [DONE]" in got, got[-200:]
+    return got.count(b"data: "), reads
 
 def ask(key, stream=False):
     c = http.client.HTTPConnection("127.0.0.1", front, timeout=60)
@@ -68,6 +90,17 @@ for k in keys:                       # sticky: again, and streamed, the same rep
     assert ask(k) == where[k], (k, where[k])
     assert ask(k, stream=True) == where[k], k
 assert set(where.values()) == {"replica-a", "replica-b"}, f"all keys on one replica: {where}"
+# Unbuffered: a stream through nginx arrives in about as many pieces as
+# straight from the replica (the same request, its key on replica a).
+key_a = next(k for k in keys if where[k] == "replica-a")
+events, direct = stream_reads(port_a, key_a)
+_, proxied = stream_reads(front, key_a)
+# (The server sends what is new each time its stream wakes: on a busy
+# machine several tokens share an event, hence a modest floor.)
+assert direct >= 20, f"the replica itself sent {events} events in only {direct} reads"
+assert proxied >= direct // 2, \
+    f"nginx buffered the stream: {events} events in {proxied} reads (straight from the replica: {direct})"
+print(f"nginx test: a {events}-event stream arrived in {proxied} reads through nginx, {direct} direct")
 on_a = [k for k in keys if where[k] == "replica-a"]
 os.kill(pid_a, signal.SIGTERM)       # replica a leaves
 time.sleep(1.0)

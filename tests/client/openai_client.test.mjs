@@ -16,10 +16,17 @@ const messages = [
   { role: "user", content: "And God said" },
 ];
 
-test("models lists the served model", async () => {
+test("models lists the served model, and retrieves it by id", async () => {
   const list = await client.models.list();
   assert.equal(list.data.length, 1);
   assert.equal(typeof list.data[0].id, "string");
+  const one = await client.models.retrieve(list.data[0].id);
+  assert.equal(one.id, list.data[0].id);
+  await assert.rejects(client.models.retrieve("no-such-model"), (e) => {
+    assert.ok(e instanceof OpenAI.NotFoundError, `got ${e?.constructor?.name}: ${e}`);
+    assert.equal(e.code, "model_not_found");
+    return true;
+  });
 });
 
 test("chat, not streamed", async () => {
@@ -65,6 +72,14 @@ test("completions", async () => {
   assert.equal(r.usage.completion_tokens, 8);
 });
 
+test("completions with a list of prompts: one choice per prompt", async () => {
+  const r = await client.completions.create({
+    model: "minfer", prompt: ["One", "Two"], max_tokens: 4, temperature: 0, ignore_eos: true,
+  });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  assert.equal(r.usage.completion_tokens, 8);
+});
+
 test("a bad request is the library's 400 error", async () => {
   await assert.rejects(
     client.chat.completions.create({ model: "minfer", messages, temperature: 9 }),
@@ -72,6 +87,8 @@ test("a bad request is the library's 400 error", async () => {
       assert.ok(e instanceof OpenAI.BadRequestError, `got ${e?.constructor?.name}: ${e}`);
       assert.equal(e.status, 400);
       assert.match(e.message, /temperature/);
+      assert.equal(e.param, "temperature");
+      assert.ok(e.code === null || typeof e.code === "string", `code ${e.code}`);
       return true;
     });
 });
