@@ -4,9 +4,12 @@
 #      test except the slow parity.* runs against ../shared.
 #   2. ThreadSanitizer (build-tsan): the tests that run several threads (the
 #      thread pool, the queue backend, the scheduler, kernels on two threads,
-#      forward passes over two backends, generation through the binary, and
-#      the engine: submit/cancel from client threads against its step loop,
-#      and steps of many sequences on two kernel threads).
+#      forward passes over two backends, generation through the binary,
+#      every engine test (Engine\.: submit/cancel from client threads against
+#      its step loop, steps of many sequences on two kernel threads, the
+#      randomized run) and every server test (Serve*: HTTP threads, the
+#      engine thread, streaming, hang-ups, the queue). Patterns, not names,
+#      so new Engine/Serve tests are covered as they are added.
 # Any sanitizer report fails the test that triggered it (halt_on_error), so
 # the script exits non-zero. Usage: scripts/sanitize.sh [asan|tsan|all]
 # (default all). JOBS sets the build parallelism (default 2).
@@ -44,7 +47,7 @@ if [ "$which_builds" = all ] || [ "$which_builds" = tsan ]; then
     echo "== sanitize: TSan build (build-tsan)" >&2
     configure_and_build build-tsan "thread"
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
-    threaded='^(ThreadPool\.|Backends\.|Scheduler\.|CpuMatMul\.|CpuOps\.|CpuAttn\.|CpuFusion\.|Forward\.TwoBackends|Forward\.DecodeSteps|Forward\.PromptInSeveralPasses|Limits\.|Cli\.Default|Cli\.Chat|Engine\.SubmitAndCancelFromOtherThreads|Engine\.CancelFreesPagesAtOnce|Engine\.SharedPrefixPagesAreComputedOnce|Engine\.ForkedSamplesSharePromptPages|Cache\.no_allocation_nor_scratch_growth_after_first_decode_with_real_kernels)'
+    threaded='^(ThreadPool\.|Backends\.|Scheduler\.|CpuMatMul\.|CpuOps\.|CpuAttn\.|CpuFusion\.|Forward\.TwoBackends|Forward\.DecodeSteps|Forward\.PromptInSeveralPasses|Limits\.|Cli\.Default|Cli\.Chat|Engine\.|Serve[A-Za-z]*\.|Cache\.no_allocation_nor_scratch_growth_after_first_decode_with_real_kernels)'
     (cd build-tsan && ctest --output-on-failure -j"$jobs" -R "$threaded") || status=1
     unset TSAN_OPTIONS
 fi

@@ -8,7 +8,10 @@
 # to the portable code, and which prompt GEMM runs (arm/gemm_neon.h: smmla
 # at i8mm, sdot at dotprod, vmull at neon; none at scalar). The
 # end-to-end checks (greedy text of the built-in model, logits parity with
-# llama.cpp on ../shared/ref) run on the `max` CPU when ../shared is there.
+# llama.cpp on ../shared/ref) run on the `max` CPU when ../shared is there
+# (MINFER_SHARED names another directory). Without it they are skipped,
+# unless MINFER_REQUIRE_SHARED=1 (CI): then a missing reference or model is
+# a failure, and a missing ../shared fails at once, before the build.
 # Emulation says nothing about speed: it checks correctness only.
 #
 # Works from a fresh clone, as root or through sudo (scripts/setup.sh), and
@@ -18,6 +21,13 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 start=$(date +%s)
 lap() { echo "arm64: $1 ($(( $(date +%s) - start )) s)"; }
+shared="${MINFER_SHARED:-$root/../shared}"
+require_shared=${MINFER_REQUIRE_SHARED:-}
+if [ "$require_shared" = 1 ]; then
+  for f in "$shared/ref" "$shared/tools/compare_logits.py" "$shared/ref/kjv-tiny-greedy.json"; do
+    [ -e "$f" ] || { echo "arm64: FAIL: no $f (MINFER_REQUIRE_SHARED=1)" >&2; exit 1; }
+  done
+fi
 
 # 1. Packages: the cross compiler, the emulator, and the host packages the
 #    build reads (cmake, GoogleTest's source in /usr/src/googletest, the
@@ -76,8 +86,12 @@ filter_kernels="IsaLevels*:Cpu*:Quants*:Interleave*"
 filter_all="$filter_kernels:DType*:Gguf.*:GgufBad*:GgufFileType*:GgufShared*"
 filter_all+=":TokenizerBpe*:TokenizerParity*:Pretokenize*:StreamDecoder*:UnicodeTables*:ChatTemplate*"
 filter_all+=":Forward*:Model.*:Alloc*:Fuse*:Scheduler*:ThreadPool*:Sampler*:Cache*:Backends.*"
-filter_all+=":ContextPlan*:SharedParity*:Report*:QuantizeModel*"
-# Left out: tests that exec the CLI or re-exec themselves (death tests).
+filter_all+=":ContextPlan*:SharedParity*:Report*:QuantizeModel*:KvPages.*:Engine.*"
+# The engine and its KV pages (Engine.*, KvPages.*: bitwise alone vs
+# batched, the randomized run) on the NEON kernels. Left out: the server
+# (Serve*): MINFER_SERVER=OFF here, Debian's cpp-httplib being a compiled
+# x86-64 library; and tests that exec the CLI or re-exec themselves
+# (death tests).
 filter_all+="-QuantizeModel.Cli*:BackendsDeathTest.*"
 status=0
 summary=()
@@ -105,7 +119,6 @@ run_tests cortex-a72 cortex-a72 "" "$filter_kernels"
 
 # 5. End to end on the arm64 CLI (on the max CPU), when ../shared is there.
 export QEMU_CPU=max
-shared="$root/../shared"
 if [ -d "$shared/ref" ] && [ -f "$shared/tools/compare_logits.py" ]; then
   # The built-in model (-m omitted: models/kjv-tiny-q8_0.gguf, the file the
   # reference used) must continue the prompt with llama.cpp's 24 greedy
@@ -133,16 +146,26 @@ PY
     "$root/tests/parity.sh" "$cli" "$shared" logits || status=1
   else
     tmp=$(mktemp -d)
+    checked=0
     for run in kjv-tiny-q8_0:0 kjv-tiny-q8_0:64 kjv-tiny-f16:0 kjv-tiny-f32:0 \
                qwen3-mini-q4_k_m:0; do
       m=${run%:*} b=${run#*:}
-      [ -f "$shared/models/$m.gguf" ] || continue
+      if [ ! -f "$shared/models/$m.gguf" ]; then
+        if [ "$require_shared" = 1 ]; then
+          echo "arm64: FAIL: no $shared/models/$m.gguf (MINFER_REQUIRE_SHARED=1)"; status=1
+        else
+          echo "arm64: logits $m skipped: no $shared/models/$m.gguf"
+        fi
+        continue
+      fi
+      checked=$((checked + 1))
       "$cli" logits -m "$shared/models/$m.gguf" --tokens "$shared/ref/$m/tokens.json" \
         --out "$tmp/$m-$b" -b "$b" 2>/dev/null || { echo "$m -b $b: minfer logits failed"; status=1; continue; }
       printf 'arm64: logits %-20s -b %-3s ' "$m" "$b"
       /usr/bin/python3 "$shared/tools/compare_logits.py" "$shared/ref/$m" "$tmp/$m-$b" || status=1
     done
     rm -rf "$tmp"
+    [ "$checked" -gt 0 ] || echo "arm64: no logits check ran: none of its models is in $shared/models"
   fi
   lap "end-to-end checks on the arm64 CLI"
 else

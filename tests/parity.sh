@@ -26,9 +26,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 status=0
 builtin="$(dirname "$0")/../models/kjv-tiny-q8_0.gguf"  # in the repository: always there
+levels=0
 for level in scalar avx2 avx512 neon dotprod i8mm; do
 # minfer refuses a level this CPU lacks (exit 1): skip it
 MINFER_CPU=$level "$minfer" info "$builtin" >/dev/null 2>&1 || continue
+levels=$((levels + 1))
 export MINFER_CPU=$level
 echo "== MINFER_CPU=$level"
 checked=0
@@ -43,8 +45,11 @@ logits)
     fi
     checked=$((checked + 1))
     for b in 0 64; do
-      "$minfer" logits -m "$shared/models/$m.gguf" --tokens "$ref/tokens.json" --out "$out/$m-$b" -b "$b" 2>/dev/null
       printf '%-20s -b %-3s ' "$m" "$b"
+      if ! "$minfer" logits -m "$shared/models/$m.gguf" --tokens "$ref/tokens.json" --out "$out/$m-$b" \
+          -b "$b" 2>"$out/err"; then
+        echo "FAIL: minfer logits failed: $(tail -1 "$out/err")"; status=1; continue
+      fi
       $py "$shared/tools/compare_logits.py" "$ref" "$out/$m-$b" || status=1
     done
   done
@@ -69,4 +74,10 @@ perplexity)
   ;;
 esac
 done
+# Every CPU runs the scalar level: none means the binary could not even
+# read the repository's own model, and nothing above was checked.
+if [ "$levels" -eq 0 ]; then
+  echo "parity: FAIL: '$minfer info $builtin' failed at every level: nothing checked"
+  exit 1
+fi
 exit $status

@@ -1269,17 +1269,16 @@ void expect_simd_attn_matches_scalar(const AttnSetup& s, DType kvt, int64_t n_to
 }  // namespace
 
 namespace {
-// Caps the kernels at a level for one scope and restores the level before.
-struct IsaCap {
-    cpu::IsaLevel saved = cpu::isa_level();
-    explicit IsaCap(cpu::IsaLevel l) { cpu::set_isa_cap(l); }
-    ~IsaCap() { cpu::set_isa_cap(saved); }
-};
-// The x86 SIMD levels this CPU can run (the attention kernels exist for these).
+using minfer::testing::IsaCap;
+// The levels this CPU can run that have a SIMD attention kernel: AVX2 and
+// AVX-512 on x86-64 (attn.cpp), NEON, dotprod and i8mm on ARM64 (all three
+// run arm/attn_neon.cpp's kernel).
 std::vector<cpu::IsaLevel> attn_simd_levels() {
     std::vector<cpu::IsaLevel> out;
-    for (cpu::IsaLevel l : cpu::isa_levels_supported())
-        if (l == cpu::IsaLevel::Avx2 || l == cpu::IsaLevel::Avx512) out.push_back(l);
+    for (cpu::IsaLevel l : cpu::isa_levels_supported()) {
+        IsaCap cap(l);
+        if (cpu::attn_simd_supported(64)) out.push_back(l);
+    }
     return out;
 }
 }  // namespace
@@ -1290,7 +1289,7 @@ TEST(CpuAttn, EverySimdLevelMatchesTheScalarLoop) {
     // prompt chunks (21 tokens, causal masks inside a vector, GQA 7:1, 2:1,
     // 1:1, head_dim 48, 64, 128).
     const auto levels = attn_simd_levels();
-    if (levels.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
+    if (levels.empty()) GTEST_SKIP() << "no SIMD attention kernel on this CPU";
     for (cpu::IsaLevel l : levels) {
         IsaCap cap(l);
         SCOPED_TRACE(cpu::isa_name(l));
@@ -1338,8 +1337,11 @@ TEST(CpuAttn, ATokenAloneIsBitwiseItsRowsInAChunk) {
     // 1:1, 2:1, 4:1, 7:1; key counts 24..44, not multiples of 8 or 16, and
     // for Qwen3-0.6B's heads (16 / 8, 128) also 169..189 (several key
     // blocks of the few-rows P V, which reloads its sums between blocks).
+    // On ARM64 every row takes the one per-row NEON kernel over keys
+    // gathered for the whole chunk: the check there is that a row's result
+    // does not depend on the gather's extent or on the chunk's other rows.
     const auto levels = attn_simd_levels();
-    if (levels.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
+    if (levels.empty()) GTEST_SKIP() << "no SIMD attention kernel on this CPU";
     for (cpu::IsaLevel l : levels) {
         IsaCap cap(l);
         for (AttnSetup s :
