@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/attn.h"
+#include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/vec_ops.h"
@@ -608,6 +609,22 @@ void run_node(const Node& node, const NodeData& data, ThreadPool& pool) {
             return op_fused_qkv(node, data, pool);
         case Op::QkvBiasRopeStore:
             return op_qkv_epilogue(node, data, pool);
+        case Op::Softmax:
+            return op_softmax(node, data, pool);
+        case Op::TopK:
+            return op_top_k(node, data, pool);
+        case Op::MoeWeights:
+            return op_moe_weights(node, data, pool);
+        case Op::MoeGroup:
+            return op_moe_group(node, data, pool);
+        case Op::MoeGather:
+            return op_moe_gather(node, data, pool);
+        case Op::MatMulId:
+            return op_matmul_id(node, data, pool);
+        case Op::MoeSum:
+            return op_moe_sum(node, data, pool);
+        case Op::SigmoidScale:
+            return op_sigmoid_scale(node, data, pool);
     }
     MINFER_ASSERT_MSG(false, "run_node: unknown op");
 }
