@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <span>
@@ -16,6 +18,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
+#include "cli_runner.h"
 #include "graph/moe_layout.h"
 #include "isa_levels.h"
 #include "model/model.h"
@@ -466,4 +469,21 @@ TEST(Moe, EngineLogitsAloneAndBatchedAreBitwise) {
                 }
             }
         }
+}
+
+// minfer info names the experts and counts the active parameters: every
+// tensor but the *_exps ones, which a token reads k / n_expert of.
+TEST(Moe, InfoShowsExpertsAndActiveParameters) {
+    const TinyModelSpec s = moe_spec("qwen3moe");
+    const std::string path = ::testing::TempDir() + "moe-info.gguf";
+    minfer::testing::make_tiny_model(s).write(path);
+    const auto r = minfer::testing::run_cli("info " + path + " --json --no-tensors");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    const int64_t exps = 3 * s.n_embd * s.n_ff_exp * s.n_expert * s.n_layer;
+    const auto total = j["sizes"]["n_params"].get<int64_t>();
+    EXPECT_EQ(j["sizes"]["n_expert"].get<int64_t>(), 8);
+    EXPECT_EQ(j["sizes"]["n_expert_used"].get<int64_t>(), 2);
+    EXPECT_EQ(j["sizes"]["n_params_active"].get<int64_t>(), total - exps + exps * 2 / 8);
+    std::remove(path.c_str());
 }
