@@ -204,4 +204,21 @@ inline std::vector<double> reference_logits(const model::Model& m,
     return ref_matmul(h, n, *m.output);
 }
 
+// Largest |a - b| relative to the spread of the reference logits of a row.
+inline double max_rel_diff(const std::vector<float>& a, const std::vector<double>& b,
+                           int64_t n_vocab) {
+    double worst = 0;
+    for (size_t r = 0; r < a.size() / static_cast<size_t>(n_vocab); ++r) {
+        double lo = 1e300, hi = -1e300, d = 0;
+        for (int64_t v = 0; v < n_vocab; ++v) {
+            const double x = b[r * n_vocab + v];
+            lo = std::min(lo, x);
+            hi = std::max(hi, x);
+            d = std::max(d, std::abs(a[r * n_vocab + v] - x));
+        }
+        worst = std::max(worst, d / (hi - lo));
+    }
+    return worst;
+}
+
 }  // namespace minfer::testing

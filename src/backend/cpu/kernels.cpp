@@ -414,16 +414,7 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
                     s[j] = dot_f32(qh, rowf, hd) * scale;
                 }
             }
-            // ggml_vec_soft_max_f32: exp in float, the sum in double.
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < n_kv; ++j) mx = std::max(mx, s[j]);
-            double sum = 0.0;
-            for (int64_t j = 0; j < n_kv; ++j) {
-                s[j] = std::exp(s[j] - mx);
-                sum += static_cast<double>(s[j]);
-            }
-            const float inv = static_cast<float>(1.0 / sum);
-            for (int64_t j = 0; j < n_kv; ++j) s[j] *= inv;
+            softmax_row(s, s, n_kv);
             // out = sum_j p_j v_j (ggml: mul_mat(v, kq); an f16 V makes it
             // round kq to f16).
             std::fill(o, o + hd, 0.0f);
@@ -521,6 +512,18 @@ void rms_norm_row(const float* x, const float* w, float* y, int64_t n, float eps
     } else {
         for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
     }
+}
+
+void softmax_row(const float* x, float* y, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        y[i] = std::exp(x[i] - mx);
+        sum += static_cast<double>(y[i]);
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
 }
 
 void rope_table(int32_t pos, int64_t head_dim, float freq_base, float* cs) {

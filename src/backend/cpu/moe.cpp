@@ -45,19 +45,7 @@ void op_softmax(const Node& node, const NodeData& data, ThreadPool&) {
     const int64_t ne0 = node.ne[0], n = node.ne[1];
     const auto* x = static_cast<const float*>(data.src[0]);
     auto* y = static_cast<float*>(data.out);
-    for (int64_t t = 0; t < n; ++t) {
-        const float* xr = x + t * ne0;
-        float* yr = y + t * ne0;
-        float mx = -INFINITY;
-        for (int64_t i = 0; i < ne0; ++i) mx = std::max(mx, xr[i]);
-        double sum = 0.0;
-        for (int64_t i = 0; i < ne0; ++i) {
-            yr[i] = std::exp(xr[i] - mx);
-            sum += static_cast<double>(yr[i]);
-        }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t i = 0; i < ne0; ++i) yr[i] *= inv;
-    }
+    for (int64_t t = 0; t < n; ++t) softmax_row(x + t * ne0, y + t * ne0, ne0);
 }
 
 void op_top_k(const Node& node, const NodeData& data, ThreadPool&) {
