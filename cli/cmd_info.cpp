@@ -231,11 +231,21 @@ json collect(const gguf::File& f, bool with_tensors) {
 
     // Sizes and tensors.
     uint64_t n_params = 0, n_bytes = 0;
+    // MoE: a token reads expert_used_count of the expert_count experts'
+    // slices of every *_exps tensor (and everything else)
+    const std::string arch_name = f.get_string("general.architecture").value_or("");
+    const int64_t n_expert = f.get_int(arch_name + ".expert_count").value_or(0);
+    const int64_t n_expert_used = f.get_int(arch_name + ".expert_used_count").value_or(0);
+    double n_active = 0;
     std::map<std::string, size_t> per_type;
     json tensors = json::array();
     for (const auto& t : f.tensors()) {
         const int64_t n = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];  // validated to fit
         n_params += static_cast<uint64_t>(n);
+        const bool experts = n_expert > 0 && t.name.find("_exps.") != std::string::npos;
+        n_active += experts ? static_cast<double>(n) * static_cast<double>(n_expert_used) /
+                                  static_cast<double>(n_expert)
+                            : static_cast<double>(n);
         n_bytes += t.nbytes;
         ++per_type[std::string(tensor::dtype_name(t.type))];
         if (with_tensors) {
@@ -253,6 +263,11 @@ json collect(const gguf::File& f, bool with_tensors) {
         {"tensor_bytes", n_bytes},
         {"bits_per_weight",
          n_params ? 8.0 * static_cast<double>(n_bytes) / static_cast<double>(n_params) : 0.0}};
+    if (n_expert > 0) {
+        j["sizes"]["n_expert"] = n_expert;
+        j["sizes"]["n_expert_used"] = n_expert_used;
+        j["sizes"]["n_params_active"] = static_cast<uint64_t>(n_active);
+    }
     j["n_tensors"] = f.tensors().size();
     j["tensor_types"] = per_type;
 
@@ -326,6 +341,13 @@ void print_text(const gguf::File& f, const json& j, bool with_tensors) {
     std::printf("\nsizes:\n");
     std::printf("  parameters     %" PRIu64 " (%.2f M)\n", n_params,
                 static_cast<double>(n_params) / 1e6);
+    if (sz.contains("n_params_active")) {
+        const auto active = sz["n_params_active"].get<uint64_t>();
+        std::printf("  experts        %" PRId64 ", %" PRId64 " used per token\n",
+                    sz["n_expert"].get<int64_t>(), sz["n_expert_used"].get<int64_t>());
+        std::printf("  active/token   %" PRIu64 " (%.2f M)\n", active,
+                    static_cast<double>(active) / 1e6);
+    }
     std::printf("  tensor bytes   %" PRIu64 " (%s)\n", sz["tensor_bytes"].get<uint64_t>(),
                 mib(sz["tensor_bytes"].get<uint64_t>()).c_str());
     std::printf("  bits/weight    %.2f\n", sz["bits_per_weight"].get<double>());

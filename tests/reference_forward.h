@@ -1,10 +1,12 @@
 // Test support: a plain, obviously-correct forward pass of a qwen2/qwen3
+// (and qwen2moe/qwen3moe)
 // model in double precision over dequantized weights — no graph, no
 // allocator, no KV cache (full causal attention recomputed for every
 // prompt). The engine must agree with it within the error of its 8-bit
 // activation quantization.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -59,6 +61,70 @@ inline void ref_rope(std::vector<double>& x, int64_t n_heads, int64_t hd, double
                 v[i + hd / 2] = a * std::sin(theta) + b * std::cos(theta);
             }
         }
+}
+
+// Rows [first, first + M) of w (an expert's slice of a 3-D tensor) times x.
+inline std::vector<double> ref_matmul_rows(const std::vector<double>& x, int64_t n,
+                                           const std::vector<double>& W, int64_t K, int64_t M,
+                                           int64_t first) {
+    std::vector<double> y(static_cast<size_t>(n * M));
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t m = 0; m < M; ++m) {
+            double s = 0;
+            for (int64_t k = 0; k < K; ++k)
+                s +=
+                    W[static_cast<size_t>((first + m) * K + k)] * x[static_cast<size_t>(i * K + k)];
+            y[static_cast<size_t>(i * M + m)] = s;
+        }
+    return y;
+}
+
+inline void ref_swiglu(std::vector<double>& g, const std::vector<double>& u) {
+    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+}
+
+// The mixture-of-experts block of one token row x [E]: every expert the
+// router's top k names, weighted by its softmax probability (renormalized
+// over the k for qwen3moe), plus qwen2moe's gated shared expert.
+inline std::vector<double> ref_moe_row(const model::Model& m, const model::LayerWeights& L,
+                                       const std::vector<double>& x) {
+    const auto& hp = m.hp;
+    const int64_t E = hp.n_embd, FX = hp.n_ff_exp, X = hp.n_expert, k = hp.n_expert_used;
+    std::vector<double> p = ref_matmul(x, 1, *L.ffn_gate_inp);
+    const double mx = *std::max_element(p.begin(), p.end());
+    double sum = 0;
+    for (auto& v : p) sum += v = std::exp(v - mx);
+    for (auto& v : p) v /= sum;
+    std::vector<int64_t> order(static_cast<size_t>(X));
+    for (int64_t e = 0; e < X; ++e) order[static_cast<size_t>(e)] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)];
+    });
+    double wsum = 0;
+    for (int64_t j = 0; j < k; ++j) wsum += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
+    const std::vector<double> G = dequant(*L.ffn_gate_exps), U = dequant(*L.ffn_up_exps),
+                              D = dequant(*L.ffn_down_exps);
+    std::vector<double> out(static_cast<size_t>(E), 0.0);
+    for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = order[static_cast<size_t>(j)];
+        double w = p[static_cast<size_t>(e)];
+        if (hp.moe_norm_weights()) w /= wsum;
+        std::vector<double> g = ref_matmul_rows(x, 1, G, E, FX, e * FX);
+        ref_swiglu(g, ref_matmul_rows(x, 1, U, E, FX, e * FX));
+        const std::vector<double> d = ref_matmul_rows(g, 1, D, FX, E, e * E);
+        for (int64_t i = 0; i < E; ++i)
+            out[static_cast<size_t>(i)] += w * d[static_cast<size_t>(i)];
+    }
+    if (L.ffn_gate_inp_shexp) {
+        std::vector<double> g = ref_matmul(x, 1, *L.ffn_gate_shexp);
+        ref_swiglu(g, ref_matmul(x, 1, *L.ffn_up_shexp));
+        const std::vector<double> d = ref_matmul(g, 1, *L.ffn_down_shexp);
+        const double gate = ref_matmul(x, 1, *L.ffn_gate_inp_shexp)[0];
+        const double s = 1.0 / (1.0 + std::exp(-gate));
+        for (int64_t i = 0; i < E; ++i)
+            out[static_cast<size_t>(i)] += s * d[static_cast<size_t>(i)];
+    }
+    return out;
 }
 
 // Logits [n × n_vocab] of every position of `ids` (positions 0..n-1).
@@ -120,13 +186,39 @@ inline std::vector<double> reference_logits(const model::Model& m,
         for (size_t i = 0; i < h.size(); ++i) h[i] += o[i];
         x = h;
         ref_rmsnorm(x, E, L.ffn_norm, hp.rms_eps);
-        std::vector<double> g = ref_matmul(x, n, *L.w_gate), u = ref_matmul(x, n, *L.w_up);
-        for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+        if (hp.moe()) {
+            for (int64_t t = 0; t < n; ++t) {
+                const std::vector<double> xt(x.begin() + t * E, x.begin() + (t + 1) * E);
+                const std::vector<double> d = ref_moe_row(m, L, xt);
+                for (int64_t i = 0; i < E; ++i)
+                    h[static_cast<size_t>(t * E + i)] += d[static_cast<size_t>(i)];
+            }
+            continue;
+        }
+        std::vector<double> g = ref_matmul(x, n, *L.w_gate);
+        ref_swiglu(g, ref_matmul(x, n, *L.w_up));
         std::vector<double> d = ref_matmul(g, n, *L.w_down);
         for (size_t i = 0; i < h.size(); ++i) h[i] += d[i];
     }
     ref_rmsnorm(h, E, m.output_norm, hp.rms_eps);
     return ref_matmul(h, n, *m.output);
+}
+
+// Largest |a - b| relative to the spread of the reference logits of a row.
+inline double max_rel_diff(const std::vector<float>& a, const std::vector<double>& b,
+                           int64_t n_vocab) {
+    double worst = 0;
+    for (size_t r = 0; r < a.size() / static_cast<size_t>(n_vocab); ++r) {
+        double lo = 1e300, hi = -1e300, d = 0;
+        for (int64_t v = 0; v < n_vocab; ++v) {
+            const double x = b[r * n_vocab + v];
+            lo = std::min(lo, x);
+            hi = std::max(hi, x);
+            d = std::max(d, std::abs(a[r * n_vocab + v] - x));
+        }
+        worst = std::max(worst, d / (hi - lo));
+    }
+    return worst;
 }
 
 }  // namespace minfer::testing

@@ -31,21 +31,7 @@ std::vector<float> run(const model::Model& m, runtime::SessionOptions o,
     return s.eval(ids, true);
 }
 
-// Largest |a - b| relative to the spread of the reference logits of a row.
-double max_rel_diff(const std::vector<float>& a, const std::vector<double>& b, int64_t n_vocab) {
-    double worst = 0;
-    for (size_t r = 0; r < a.size() / static_cast<size_t>(n_vocab); ++r) {
-        double lo = 1e300, hi = -1e300, d = 0;
-        for (int64_t v = 0; v < n_vocab; ++v) {
-            const double x = b[r * n_vocab + v];
-            lo = std::min(lo, x);
-            hi = std::max(hi, x);
-            d = std::max(d, std::abs(a[r * n_vocab + v] - x));
-        }
-        worst = std::max(worst, d / (hi - lo));
-    }
-    return worst;
-}
+using minfer::testing::max_rel_diff;
 
 }  // namespace
 

@@ -236,3 +236,43 @@ TEST(QuantizeModel, CliHelpAndErrors) {
     const std::string out = r.err;
     EXPECT_NE(out.find("not found"), std::string::npos) << out;
 }
+
+// llama.cpp's rules for MoE files (src/llama-quant.cpp): the router stays
+// F32, an expert ffn_down takes its layer from its name (use_more_bits
+// layers Q6_K in Q4_K_M), and exactly 8 experts give Q8_0 attn_k / attn_v
+// and a Q5_K attn_output; with 16 experts those keep the dense rules.
+// (minfer quantize of the qwen2moe-mini / qwen3moe-mini F32 files to Q4_K_M
+// gives every tensor llama-quantize's type, and bitwise the same logits.)
+TEST(QuantizeModel, MoeRulesFollowLlamaCpp) {
+    using minfer::tensor::choose_tensor_type;
+    using minfer::tensor::DType;
+    minfer::tensor::ModelQuantInfo eight;
+    eight.n_layer = 24;
+    eight.n_attn_v = 24;
+    eight.has_output = true;
+    eight.n_expert = 8;
+    minfer::tensor::ModelQuantInfo sixteen = eight;
+    sixteen.n_expert = 16;
+    const std::array<int64_t, 4> router{256, 8, 1, 1}, exps{256, 256, 8, 1}, attn{256, 256, 1, 1};
+    const uint32_t q4_k_m = 15;
+    EXPECT_EQ(choose_tensor_type(q4_k_m, eight, "blk.3.ffn_gate_inp.weight", router, DType::F32),
+              DType::F32);
+    EXPECT_EQ(choose_tensor_type(q4_k_m, eight, "blk.0.ffn_down_exps.weight", exps, DType::F32),
+              DType::Q6_K);  // first eighth
+    EXPECT_EQ(choose_tensor_type(q4_k_m, eight, "blk.4.ffn_down_exps.weight", exps, DType::F32),
+              DType::Q4_K);  // (4 - 3) % 3 != 2
+    EXPECT_EQ(choose_tensor_type(q4_k_m, eight, "blk.5.ffn_down_shexp.weight", attn, DType::F32),
+              DType::Q6_K);  // (5 - 3) % 3 == 2
+    EXPECT_EQ(choose_tensor_type(q4_k_m, eight, "blk.4.ffn_up_exps.weight", exps, DType::F32),
+              DType::Q4_K);
+    EXPECT_EQ(choose_tensor_type(q4_k_m, eight, "blk.4.attn_k.weight", attn, DType::F32),
+              DType::Q8_0);
+    EXPECT_EQ(choose_tensor_type(q4_k_m, eight, "blk.4.attn_v.weight", attn, DType::F32),
+              DType::Q8_0);
+    EXPECT_EQ(choose_tensor_type(q4_k_m, eight, "blk.4.attn_output.weight", attn, DType::F32),
+              DType::Q5_K);
+    EXPECT_EQ(choose_tensor_type(q4_k_m, sixteen, "blk.4.attn_k.weight", attn, DType::F32),
+              DType::Q4_K);
+    EXPECT_EQ(choose_tensor_type(q4_k_m, sixteen, "blk.4.attn_output.weight", attn, DType::F32),
+              DType::Q4_K);
+}

@@ -21,7 +21,7 @@
 namespace minfer::testing {
 
 struct TinyModelSpec {
-    std::string arch = "qwen2";  // or "qwen3"
+    std::string arch = "qwen2";  // or "qwen3", "qwen2moe", "qwen3moe"
     int64_t n_embd = 64;
     int64_t n_head = 4;
     int64_t n_head_kv = 2;
@@ -37,6 +37,14 @@ struct TinyModelSpec {
     // Changes a tensor's values (by name) before it is written: a test's
     // model with a behaviour it can predict.
     std::function<void(const std::string& name, std::vector<float>& values)> edit;
+    // MoE archs: experts of n_ff_exp (n_ff is then written but unused);
+    // qwen2moe's shared expert has n_ff_shexp
+    int64_t n_expert = 8;
+    int64_t n_expert_used = 2;
+    int64_t n_ff_exp = 32;
+    int64_t n_ff_shexp = 64;
+    bool moe() const { return arch == "qwen2moe" || arch == "qwen3moe"; }
+    bool qk_norm() const { return arch == "qwen3" || arch == "qwen3moe"; }
 };
 
 // GPT-2's byte -> unicode code point mapping, UTF-8 encoded.
@@ -127,7 +135,14 @@ inline gguf::Writer make_tiny_model(const TinyModelSpec& s) {
     w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
     w.set_f32(a + "rope.freq_base", s.rope_freq_base);
     w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
-    if (s.arch == "qwen3") {
+    if (s.moe()) {
+        w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_expert));
+        w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
+        w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.n_ff_exp));
+        if (s.arch == "qwen2moe")
+            w.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(s.n_ff_shexp));
+    }
+    if (s.qk_norm()) {
         w.set_u32(a + "attention.key_length", static_cast<uint32_t>(s.head_dim));
         w.set_u32(a + "attention.value_length", static_cast<uint32_t>(s.head_dim));
     }
@@ -164,7 +179,7 @@ inline gguf::Writer make_tiny_model(const TinyModelSpec& s) {
         add(p + "attn_q.weight", {E, Q}, gauss(E * Q, sd_in), s.weight_type);
         add(p + "attn_k.weight", {E, KV}, gauss(E * KV, sd_in), s.weight_type);
         add(p + "attn_v.weight", {E, KV}, gauss(E * KV, sd_in), s.weight_type);
-        if (s.arch == "qwen2") {
+        if (!s.qk_norm()) {
             add(p + "attn_q.bias", {Q}, gauss(Q, 0.1f), tensor::DType::F32);
             add(p + "attn_k.bias", {KV}, gauss(KV, 0.1f), tensor::DType::F32);
             add(p + "attn_v.bias", {KV}, gauss(KV, 0.1f), tensor::DType::F32);
@@ -175,6 +190,23 @@ inline gguf::Writer make_tiny_model(const TinyModelSpec& s) {
         add(p + "attn_output.weight", {Q, E}, gauss(Q * E, 1.0f / std::sqrt((float)Q)),
             s.weight_type);
         add(p + "ffn_norm.weight", {E}, norm_w(E), tensor::DType::F32);
+        if (s.moe()) {
+            const int64_t X = s.n_expert, FX = s.n_ff_exp, FS = s.n_ff_shexp;
+            // a router of sd 1 gives distinct, far-from-tied expert choices
+            add(p + "ffn_gate_inp.weight", {E, X}, gauss(E * X, 1.0f), tensor::DType::F32);
+            add(p + "ffn_gate_exps.weight", {E, FX, X}, gauss(E * FX * X, sd_in), s.weight_type);
+            add(p + "ffn_up_exps.weight", {E, FX, X}, gauss(E * FX * X, sd_in), s.weight_type);
+            add(p + "ffn_down_exps.weight", {FX, E, X},
+                gauss(FX * E * X, 1.0f / std::sqrt((float)FX)), s.weight_type);
+            if (s.arch == "qwen2moe") {
+                add(p + "ffn_gate_inp_shexp.weight", {E}, gauss(E, sd_in), tensor::DType::F32);
+                add(p + "ffn_gate_shexp.weight", {E, FS}, gauss(E * FS, sd_in), s.weight_type);
+                add(p + "ffn_up_shexp.weight", {E, FS}, gauss(E * FS, sd_in), s.weight_type);
+                add(p + "ffn_down_shexp.weight", {FS, E},
+                    gauss(FS * E, 1.0f / std::sqrt((float)FS)), s.weight_type);
+            }
+            continue;
+        }
         add(p + "ffn_gate.weight", {E, s.n_ff}, gauss(E * s.n_ff, sd_in), s.weight_type);
         add(p + "ffn_up.weight", {E, s.n_ff}, gauss(E * s.n_ff, sd_in), s.weight_type);
         add(p + "ffn_down.weight", {s.n_ff, E}, gauss(s.n_ff * E, 1.0f / std::sqrt((float)s.n_ff)),

@@ -46,6 +46,22 @@ std::string_view op_name(Op op) {
             return "FusedQKV";
         case Op::QkvBiasRopeStore:
             return "QkvBiasRopeStore";
+        case Op::Softmax:
+            return "Softmax";
+        case Op::TopK:
+            return "TopK";
+        case Op::MoeWeights:
+            return "MoeWeights";
+        case Op::MoeGroup:
+            return "MoeGroup";
+        case Op::MoeGather:
+            return "MoeGather";
+        case Op::MatMulId:
+            return "MatMulId";
+        case Op::MoeSum:
+            return "MoeSum";
+        case Op::SigmoidScale:
+            return "SigmoidScale";
     }
     return "?";
 }

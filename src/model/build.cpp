@@ -1,10 +1,13 @@
 // Qwen2 and Qwen3 share one decoder layer; they differ in the Q/K/V
-// epilogue (biases vs. per-head RMSNorm). Every node carries the layer it
-// belongs to, so that assignment can place whole layers on a backend.
+// epilogue (biases vs. per-head RMSNorm). qwen2moe and qwen3moe take their
+// attention and replace the SwiGLU by a mixture of experts (moe_ffn). Every
+// node carries the layer it belongs to, so that assignment can place whole
+// layers on a backend.
 #include "model/build.h"
 
 #include <string>
 
+#include "graph/moe_layout.h"
 #include "util/error.h"
 
 namespace minfer::model {
@@ -45,8 +48,51 @@ struct Builder {
     NodeId norm(NodeId x, const TensorView* w, const char* name) {
         return add(Op::RmsNorm, name, width(x), rows(x), {x}, {w});
     }
-    NodeId matmul(NodeId x, const TensorView* w, const char* name) {
+    NodeId matmul(NodeId x, const TensorView* w, const std::string& name) {
         return add(Op::MatMul, name, w->ne[1], rows(x), {x}, {w});
+    }
+    // silu(gate(x)) * up(x) -> down (the fusion pass makes the pair a SwiGLU)
+    NodeId swiglu_ffn(NodeId x, const TensorView* w_gate, const TensorView* w_up,
+                      const TensorView* w_down, const std::string& p) {
+        NodeId gate = matmul(x, w_gate, p + "gate");  // [n_ff, rows]
+        NodeId up = matmul(x, w_up, p + "up");        // [n_ff, rows]
+        NodeId act = add(Op::Silu, p + "silu", width(gate), rows(gate), {gate});
+        NodeId prod = add(Op::Mul, p + "mul", width(gate), rows(gate), {act, up});
+        return matmul(prod, w_down, p + "down");  // [n_embd, rows]
+    }
+
+    // llama.cpp's build_moe_ffn for qwen2moe / qwen3moe, as graph nodes:
+    // router logits -> softmax over every expert -> top k -> their weights
+    // (renormalized for qwen3moe); the token rows grouped by expert, each
+    // chosen expert's SwiGLU over its rows, the k outputs summed with the
+    // weights; qwen2moe adds its shared expert times sigmoid(gate . x).
+    NodeId moe_ffn(NodeId x, const LayerWeights& L) {
+        const int64_t n = rows(x), k = hp.n_expert_used, slots = k * n;
+        NodeId logits = matmul(x, L.ffn_gate_inp, "ffn_moe_logits");  // [n_expert, n]
+        NodeId probs = add(Op::Softmax, "ffn_moe_probs", hp.n_expert, n, {logits});
+        NodeId ids = add(Op::TopK, "ffn_moe_topk", k, n, {probs});  // [k, n] I32
+        g.node(ids).type = tensor::DType::I32;
+        NodeId weights = add(Op::MoeWeights, "ffn_moe_weights", k, n, {probs, ids});  // [k, n]
+        g.node(weights).meta.moe_norm = hp.moe_norm_weights();
+        NodeId group =
+            add(Op::MoeGroup, "ffn_moe_group", graph::moe_group_size(hp.n_expert, slots), 1, {ids});
+        g.node(group).type = tensor::DType::I32;
+        g.node(group).meta.n_expert = static_cast<int32_t>(hp.n_expert);
+        NodeId xs = add(Op::MoeGather, "ffn_moe_rows", hp.n_embd, slots, {x, group});
+        NodeId gate = add(Op::MatMulId, "ffn_moe_gate", hp.n_ff_exp, slots, {xs, group},
+                          {L.ffn_gate_exps});  // [n_ff_exp, slots] grouped
+        NodeId up =
+            add(Op::MatMulId, "ffn_moe_up", hp.n_ff_exp, slots, {xs, group}, {L.ffn_up_exps});
+        NodeId act = add(Op::Silu, "ffn_moe_silu", hp.n_ff_exp, slots, {gate});
+        NodeId prod = add(Op::Mul, "ffn_moe_mul", hp.n_ff_exp, slots, {act, up});
+        NodeId down = add(Op::MatMulId, "ffn_moe_down", hp.n_embd, slots, {prod, group},
+                          {L.ffn_down_exps});  // [n_embd, slots] grouped
+        NodeId out = add(Op::MoeSum, "ffn_moe_out", hp.n_embd, n, {down, weights, group});
+        if (!L.ffn_gate_inp_shexp) return out;
+        NodeId sh = swiglu_ffn(x, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp, "ffn_shexp_");
+        NodeId sh_gate = matmul(x, L.ffn_gate_inp_shexp, "ffn_shexp_gate_inp");  // [1, n]
+        sh = add(Op::SigmoidScale, "ffn_shexp_out", hp.n_embd, n, {sh, sh_gate});
+        return add(Op::Add, "ffn_out", hp.n_embd, n, {out, sh});
     }
 };
 
@@ -82,7 +128,7 @@ Graph build_graph(const Model& model, const BuildParams& bp) {
         NodeId q = b.matmul(x, L.wq, "q");               // [n_embd_q, n]
         NodeId k = b.matmul(x, L.wk, "k");               // [n_embd_kv, n]
         NodeId v = b.matmul(x, L.wv, "v");               // [n_embd_kv, n]
-        if (hp.arch == Arch::Qwen2) {
+        if (hp.qkv_bias()) {
             q = b.add(Op::AddBias, "q_bias", b.width(q), n, {q}, {L.bq});
             k = b.add(Op::AddBias, "k_bias", b.width(k), n, {k}, {L.bk});
             v = b.add(Op::AddBias, "v_bias", b.width(v), n, {v}, {L.bv});
@@ -115,11 +161,8 @@ Graph build_graph(const Model& model, const BuildParams& bp) {
         h = b.add(Op::Add, "attn_residual", hp.n_embd, b.rows(o), {h, o});
 
         x = b.norm(h, L.ffn_norm, "ffn_norm");
-        NodeId gate = b.matmul(x, L.w_gate, "ffn_gate");  // [n_ff, rows]
-        NodeId up = b.matmul(x, L.w_up, "ffn_up");        // [n_ff, rows]
-        NodeId act = b.add(Op::Silu, "ffn_silu", hp.n_ff, b.rows(gate), {gate});
-        NodeId prod = b.add(Op::Mul, "ffn_mul", hp.n_ff, b.rows(gate), {act, up});
-        NodeId down = b.matmul(prod, L.w_down, "ffn_down");  // [n_embd, rows]
+        NodeId down =
+            hp.moe() ? b.moe_ffn(x, L) : b.swiglu_ffn(x, L.w_gate, L.w_up, L.w_down, "ffn_");
         h = b.add(Op::Add, "ffn_residual", hp.n_embd, b.rows(down), {h, down});
     }
     b.layer = -1;

@@ -52,9 +52,13 @@ HParams load_hparams(const gguf::File& f) {
         hp.arch = Arch::Qwen2;
     } else if (*arch == "qwen3") {
         hp.arch = Arch::Qwen3;
+    } else if (*arch == "qwen2moe") {
+        hp.arch = Arch::Qwen2Moe;
+    } else if (*arch == "qwen3moe") {
+        hp.arch = Arch::Qwen3Moe;
     } else {
         throw Error("'" + f.path() + "': unsupported architecture '" + *arch +
-                    "' (minfer runs qwen2 and qwen3 models)");
+                    "' (minfer runs qwen2, qwen3, qwen2moe and qwen3moe models)");
     }
     const std::string a = *arch + ".";
     // Bounds are sanity limits far above any real model; they keep every
@@ -62,7 +66,35 @@ HParams load_hparams(const gguf::File& f) {
     hp.n_ctx_train = require_int(f, a + "context_length", 1, 1 << 24);
     hp.n_embd = require_int(f, a + "embedding_length", 1, 1 << 20);
     hp.n_layer = require_int(f, a + "block_count", 1, 4096);
-    hp.n_ff = require_int(f, a + "feed_forward_length", 1, 1 << 22);
+    hp.n_ff = !hp.moe() || f.get_int(a + "feed_forward_length")
+                  ? require_int(f, a + "feed_forward_length", 1, 1 << 22)
+                  : 0;
+    if (hp.moe()) {
+        // llama.cpp keeps at most 512 experts (LLAMA_MAX_EXPERTS)
+        hp.n_expert = require_int(f, a + "expert_count", 1, 512);
+        hp.n_expert_used = require_int(f, a + "expert_used_count", 1, 512);
+        if (hp.n_expert_used > hp.n_expert)
+            throw Error("'" + f.path() + "': hyper-parameter '" + a +
+                        "expert_used_count' = " + std::to_string(hp.n_expert_used) + " exceeds '" +
+                        a + "expert_count' = " + std::to_string(hp.n_expert));
+        // llama.cpp's fallbacks when the widths are absent
+        if (f.get_int(a + "expert_feed_forward_length"))
+            hp.n_ff_exp = require_int(f, a + "expert_feed_forward_length", 1, 1 << 22);
+        else if (hp.n_ff > 0 && hp.n_ff / hp.n_expert_used > 0)
+            hp.n_ff_exp = hp.n_ff / hp.n_expert_used;
+        else
+            throw Error("'" + f.path() + "': missing hyper-parameter '" + a +
+                        "expert_feed_forward_length'");
+        if (hp.arch == Arch::Qwen2Moe) {
+            if (f.get_int(a + "expert_shared_feed_forward_length"))
+                hp.n_ff_shexp = require_int(f, a + "expert_shared_feed_forward_length", 1, 1 << 22);
+            else if (hp.n_ff > 0)
+                hp.n_ff_shexp = hp.n_ff;
+            else
+                throw Error("'" + f.path() + "': missing hyper-parameter '" + a +
+                            "expert_shared_feed_forward_length'");
+        }
+    }
     hp.n_head = require_int(f, a + "attention.head_count", 1, 1 << 14);
     hp.n_head_kv = f.get_int(a + "attention.head_count_kv")
                        ? require_int(f, a + "attention.head_count_kv", 1, 1 << 14)
@@ -163,7 +195,8 @@ Model Model::from_file(gguf::File f) {
         m.output = m.tok_embd;
         m.tied_output = true;
     }
-    const bool qwen2 = hp.arch == Arch::Qwen2;
+    const bool qwen2 = hp.qkv_bias();
+    const int64_t X = hp.n_expert, FX = hp.n_ff_exp, FS = hp.n_ff_shexp;
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         LayerWeights L;
@@ -178,9 +211,25 @@ Model Model::from_file(gguf::File f) {
         L.k_norm = m.bind(p + "attn_k_norm.weight", {hp.head_dim}, !qwen2, true);
         L.wo = m.bind(p + "attn_output.weight", {Q, E}, true, false);
         L.ffn_norm = m.bind(p + "ffn_norm.weight", {E}, true, true);
-        L.w_gate = m.bind(p + "ffn_gate.weight", {E, F}, true, false);
-        L.w_up = m.bind(p + "ffn_up.weight", {E, F}, true, false);
-        L.w_down = m.bind(p + "ffn_down.weight", {F, E}, true, false);
+        if (!hp.moe()) {
+            L.w_gate = m.bind(p + "ffn_gate.weight", {E, F}, true, false);
+            L.w_up = m.bind(p + "ffn_up.weight", {E, F}, true, false);
+            L.w_down = m.bind(p + "ffn_down.weight", {F, E}, true, false);
+        } else {
+            // The shapes carry n_expert: a file whose expert tensors disagree
+            // with expert_count is refused here, so no expert id the router
+            // can give reads past a tensor.
+            L.ffn_gate_inp = m.bind(p + "ffn_gate_inp.weight", {E, X}, true, true);
+            L.ffn_gate_exps = m.bind(p + "ffn_gate_exps.weight", {E, FX, X}, true, false);
+            L.ffn_up_exps = m.bind(p + "ffn_up_exps.weight", {E, FX, X}, true, false);
+            L.ffn_down_exps = m.bind(p + "ffn_down_exps.weight", {FX, E, X}, true, false);
+            if (hp.arch == Arch::Qwen2Moe) {
+                L.ffn_gate_inp_shexp = m.bind(p + "ffn_gate_inp_shexp.weight", {E}, true, true);
+                L.ffn_gate_shexp = m.bind(p + "ffn_gate_shexp.weight", {E, FS}, true, false);
+                L.ffn_up_shexp = m.bind(p + "ffn_up_shexp.weight", {E, FS}, true, false);
+                L.ffn_down_shexp = m.bind(p + "ffn_down_shexp.weight", {FS, E}, true, false);
+            }
+        }
         m.layers.push_back(L);
     }
     for (const auto& t : m.file.tensors()) m.weight_bytes += t.nbytes;
@@ -190,8 +239,10 @@ Model Model::from_file(gguf::File f) {
 size_t Model::interleave_weights(const std::function<bool(tensor::DType)>& keep) {
     std::vector<const tensor::TensorView*> targets;
     for (const LayerWeights& L : layers)
-        for (const tensor::TensorView* w : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down})
-            targets.push_back(w);
+        for (const tensor::TensorView* w :
+             {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down, L.ffn_gate_exps, L.ffn_up_exps,
+              L.ffn_down_exps, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp})
+            if (w) targets.push_back(w);
     // the output matmul reads every row of it each token; the embedding
     // lookup takes single rows back out (GetRows handles both layouts)
     targets.push_back(output);
@@ -201,7 +252,12 @@ size_t Model::interleave_weights(const std::function<bool(tensor::DType)>& keep)
     // neighbour is read, the kernel maps the pages around it back in
     // (fault-around), so no weight of the file may stay in use.
     auto regroup = [&](const tensor::TensorView* v) {
+        // An expert tensor is regrouped as a whole: each expert's slice of
+        // ne[1] rows is then its own run of whole 16-row groups (the matmul
+        // reads a slice as a 2-D matrix at an offset), as long as ne[1] is a
+        // multiple of 16.
         return std::find(targets.begin(), targets.end(), v) != targets.end() &&
+               tensor::can_interleave(v->type, v->ne[0], v->ne[1]) &&
                tensor::can_interleave(v->type, v->ne[0], v->n_rows()) && (!keep || keep(v->type));
     };
     std::vector<tensor::TensorView*> moving;

@@ -16,7 +16,10 @@
 
 namespace minfer::model {
 
-enum class Arch { Qwen2, Qwen3 };
+// qwen2moe / qwen3moe: qwen2's / qwen3's attention, a mixture-of-experts
+// feed-forward block (a router, n_expert SwiGLU experts of which each token
+// uses n_expert_used; qwen2moe adds a gated shared expert).
+enum class Arch { Qwen2, Qwen3, Qwen2Moe, Qwen3Moe };
 
 struct HParams {
     Arch arch = Arch::Qwen2;
@@ -25,13 +28,22 @@ struct HParams {
     int64_t n_ctx_train = 0;  // <arch>.context_length
     int64_t n_embd = 0;
     int64_t n_layer = 0;
-    int64_t n_ff = 0;
+    int64_t n_ff = 0;           // dense FFN width; for MoE files the key may be absent (then 0)
+    int64_t n_expert = 0;       // <arch>.expert_count (MoE only)
+    int64_t n_expert_used = 0;  // <arch>.expert_used_count: experts per token
+    int64_t n_ff_exp = 0;       // <arch>.expert_feed_forward_length: one expert's width
+    int64_t n_ff_shexp = 0;     // <arch>.expert_shared_feed_forward_length (qwen2moe)
     int64_t n_head = 0;
     int64_t n_head_kv = 0;
     int64_t head_dim = 0;  // <arch>.attention.key_length, else n_embd / n_head
     float rms_eps = 1e-6f;
     float rope_freq_base = 10000.0f;
 
+    bool moe() const { return arch == Arch::Qwen2Moe || arch == Arch::Qwen3Moe; }
+    // qwen2's attention (Q/K/V biases) or qwen3's (per-head Q/K RMS norms)
+    bool qkv_bias() const { return arch == Arch::Qwen2 || arch == Arch::Qwen2Moe; }
+    // qwen3moe renormalizes the chosen experts' weights to sum 1, qwen2moe not
+    bool moe_norm_weights() const { return arch == Arch::Qwen3Moe; }
     int64_t n_embd_q() const { return n_head * head_dim; }
     int64_t n_embd_kv() const { return n_head_kv * head_dim; }
 };
@@ -55,6 +67,17 @@ struct LayerWeights {
     const tensor::TensorView* w_gate = nullptr;     // [n_embd, n_ff]
     const tensor::TensorView* w_up = nullptr;       // [n_embd, n_ff]
     const tensor::TensorView* w_down = nullptr;     // [n_ff, n_embd]
+    // MoE layers (no w_gate / w_up / w_down): the router and the experts,
+    // expert e's matrix the 2-D slice e of the 3-D tensors
+    const tensor::TensorView* ffn_gate_inp = nullptr;   // [n_embd, n_expert] f32
+    const tensor::TensorView* ffn_gate_exps = nullptr;  // [n_embd, n_ff_exp, n_expert]
+    const tensor::TensorView* ffn_up_exps = nullptr;    // [n_embd, n_ff_exp, n_expert]
+    const tensor::TensorView* ffn_down_exps = nullptr;  // [n_ff_exp, n_embd, n_expert]
+    // qwen2moe's shared expert, scaled by sigmoid(ffn_gate_inp_shexp . x)
+    const tensor::TensorView* ffn_gate_inp_shexp = nullptr;  // [n_embd] f32
+    const tensor::TensorView* ffn_gate_shexp = nullptr;      // [n_embd, n_ff_shexp]
+    const tensor::TensorView* ffn_up_shexp = nullptr;        // [n_embd, n_ff_shexp]
+    const tensor::TensorView* ffn_down_shexp = nullptr;      // [n_ff_shexp, n_embd]
 };
 
 struct Model {

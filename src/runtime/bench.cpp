@@ -45,7 +45,12 @@ double decode_bytes_per_token(const model::Model& model) {
             bytes += static_cast<double>(t.nbytes) / static_cast<double>(t.ne[1]);
             continue;
         }
-        bytes += static_cast<double>(t.nbytes);
+        // a token reads its n_expert_used experts' slices of a 3-D expert tensor
+        const bool experts = model.hp.moe() && t.name.find("_exps.") != std::string::npos;
+        bytes += experts
+                     ? static_cast<double>(t.nbytes) * static_cast<double>(model.hp.n_expert_used) /
+                           static_cast<double>(model.hp.n_expert)
+                     : static_cast<double>(t.nbytes);
     }
     return bytes;
 }
@@ -56,7 +61,10 @@ double prompt_ops(const model::Model& model, int64_t n, int64_t n_depth) {
     const double per_layer =
         static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_embd_q() + 2 * hp.n_embd_kv()) +
         static_cast<double>(hp.n_embd_q()) * static_cast<double>(hp.n_embd) +
-        3.0 * static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_ff);
+        3.0 * static_cast<double>(hp.n_embd) *
+            static_cast<double>(hp.moe() ? hp.n_expert_used * hp.n_ff_exp + hp.n_ff_shexp
+                                         : hp.n_ff) +
+        (hp.moe() ? static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_expert) : 0.0);
     double ops = 2.0 * nt * per_layer * static_cast<double>(hp.n_layer);
     // Attention: token t sees n_depth + t + 1 keys; QK^T and PV, head_dim
     // each, per head.

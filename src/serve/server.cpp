@@ -925,8 +925,9 @@ void Server::attach(const model::Model& model, runtime::EngineOptions engine_opt
     I.model = &model;
     I.tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_gguf(model.file));
     const auto jinja = model.file.get_string("tokenizer.chat_template");
-    I.flavor = chat_flavor(jinja ? std::string(*jinja) : std::string(),
-                           model.hp.arch == model::Arch::Qwen3);
+    I.flavor =
+        chat_flavor(jinja ? std::string(*jinja) : std::string(),
+                    model.hp.arch == model::Arch::Qwen3 || model.hp.arch == model::Arch::Qwen3Moe);
     I.engine = std::make_unique<runtime::Engine>(model, engine_options);
     I.engine_thread = std::thread([&I] {
         while (!I.engine_stop) {

@@ -144,8 +144,12 @@ DType default_type(uint32_t ftype) {
     throw Error("quantize: file type id " + std::to_string(ftype) + " is not supported");
 }
 
-// llama_tensor_get_type_impl, for the file types above and a dense (non-MoE,
-// non-Falcon) model.
+// llama_tensor_get_type_impl, for the file types above and a non-Falcon
+// model. For MoE files llama.cpp takes every ffn_down's layer (dense, the
+// experts' and the shared expert's) from its name, as layer_of does here,
+// keeps the router (ffn_gate_inp) in F32 (allows_quantization), and gives
+// a model of exactly 8 experts Q8_0 attn_k / attn_v and a Q5_K attn_output
+// in the low-bit mixes.
 DType mix_rule(uint32_t ftype, const ModelQuantInfo& info, Category cat, int i_layer, int64_t nx,
                DType t, std::string* why) {
     auto set = [&](DType nt, const char* reason) {
@@ -175,6 +179,9 @@ DType mix_rule(uint32_t ftype, const ModelQuantInfo& info, Category cat, int i_l
             set(DType::Q6_K, "attn_v: use_more_bits layer");
         else if (ftype == kQ4_K_S && i_layer < 4)
             set(DType::Q5_K, "attn_v: first 4 layers");
+        if (info.n_expert == 8) set(DType::Q8_0, "attn_v: 8-expert model");
+    } else if (cat == Category::AttnK) {
+        if (info.n_expert == 8) set(DType::Q8_0, "attn_k: 8-expert model");
     } else if (cat == Category::FfnDown) {
         if (ftype == kQ2_K)
             set(DType::Q3_K, "ffn_down gets more bits");
@@ -190,6 +197,10 @@ DType mix_rule(uint32_t ftype, const ModelQuantInfo& info, Category cat, int i_l
             set(DType::Q6_K, "ffn_down: use_more_bits layer");
         else if (ftype == kQ4_K_S && i_layer < n_layer / 8)
             set(DType::Q5_K, "ffn_down: first eighth of the layers");
+    } else if (cat == Category::AttnOutput && info.n_expert == 8) {
+        if (ftype == kQ2_K || ftype == kQ3_K_S || ftype == kQ3_K_M || ftype == kIQ4_NL ||
+            ftype == kQ4_K_S || ftype == kQ4_K_M || ftype == kIQ4_XS)
+            set(DType::Q5_K, "attn_output: 8-expert model");
     } else if (cat == Category::AttnOutput) {
         if (ftype == kQ2_K)
             set(DType::Q3_K, "attn_output gets more bits");
@@ -344,6 +355,7 @@ QuantizeReport quantize_model(const std::string& in_path, const std::string& out
     const int64_t n_head = in.get_int(arch + ".attention.head_count").value_or(1);
     const int64_t n_head_kv = in.get_int(arch + ".attention.head_count_kv").value_or(n_head);
     info.n_gqa = n_head_kv > 0 ? static_cast<int>(n_head / n_head_kv) : 1;
+    info.n_expert = static_cast<int>(in.get_int(arch + ".expert_count").value_or(0));
 
     gguf::Writer w;
     w.copy_metadata(in);

@@ -74,6 +74,7 @@ struct ModelQuantInfo {
     int n_attn_v = 0;         // number of attn_v / attn_qkv tensors
     int n_gqa = 1;            // head_count / head_count_kv
     bool has_output = false;  // an output.weight exists (else token_embd is tied)
+    int n_expert = 0;         // <arch>.expert_count (0: a dense model)
 };
 
 // The type of tensor `name` with shape `ne` (n_dims = ggml_n_dims(ne)) in a

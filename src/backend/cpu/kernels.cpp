@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/attn.h"
+#include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/vec_ops.h"
@@ -413,16 +414,7 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
                     s[j] = dot_f32(qh, rowf, hd) * scale;
                 }
             }
-            // ggml_vec_soft_max_f32: exp in float, the sum in double.
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < n_kv; ++j) mx = std::max(mx, s[j]);
-            double sum = 0.0;
-            for (int64_t j = 0; j < n_kv; ++j) {
-                s[j] = std::exp(s[j] - mx);
-                sum += static_cast<double>(s[j]);
-            }
-            const float inv = static_cast<float>(1.0 / sum);
-            for (int64_t j = 0; j < n_kv; ++j) s[j] *= inv;
+            softmax_row(s, s, n_kv);
             // out = sum_j p_j v_j (ggml: mul_mat(v, kq); an f16 V makes it
             // round kq to f16).
             std::fill(o, o + hd, 0.0f);
@@ -522,6 +514,18 @@ void rms_norm_row(const float* x, const float* w, float* y, int64_t n, float eps
     }
 }
 
+void softmax_row(const float* x, float* y, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        y[i] = std::exp(x[i] - mx);
+        sum += static_cast<double>(y[i]);
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+}
+
 void rope_table(int32_t pos, int64_t head_dim, float freq_base, float* cs) {
     // ggml_rope_cache_init: theta starts at p and is multiplied by
     // theta_scale per pair, in float (not recomputed by pow per pair).
@@ -608,6 +612,22 @@ void run_node(const Node& node, const NodeData& data, ThreadPool& pool) {
             return op_fused_qkv(node, data, pool);
         case Op::QkvBiasRopeStore:
             return op_qkv_epilogue(node, data, pool);
+        case Op::Softmax:
+            return op_softmax(node, data, pool);
+        case Op::TopK:
+            return op_top_k(node, data, pool);
+        case Op::MoeWeights:
+            return op_moe_weights(node, data, pool);
+        case Op::MoeGroup:
+            return op_moe_group(node, data, pool);
+        case Op::MoeGather:
+            return op_moe_gather(node, data, pool);
+        case Op::MatMulId:
+            return op_matmul_id(node, data, pool);
+        case Op::MoeSum:
+            return op_moe_sum(node, data, pool);
+        case Op::SigmoidScale:
+            return op_sigmoid_scale(node, data, pool);
     }
     MINFER_ASSERT_MSG(false, "run_node: unknown op");
 }

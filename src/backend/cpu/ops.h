@@ -40,6 +40,9 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
 // ggml_rms_norm of one row (sum of squares in double), times w if non-null.
 void rms_norm_row(const float* x, const float* w, float* y, int64_t n, float eps);
 
+// ggml_vec_soft_max_f32 of one row: exp in float, the sum in double (y may be x).
+void softmax_row(const float* x, float* y, int64_t n);
+
 // The NEOX RoPE of one token's heads (n_heads heads of head_dim, contiguous)
 // with the cos/sin table of its position (see rope_table).
 void rope_table(int32_t pos, int64_t head_dim, float freq_base, float* cs /*[head_dim]*/);
