@@ -455,7 +455,7 @@ std::string digits_between(const std::string& lo, const std::string& hi) {
     if (first <= last) alts.insert(alts.begin() + (rest_lo != zeros ? 1 : 0), cls(first, last) + " " + any);
     std::string out;
     for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
-    return out;
+    return alts.size() == 1 ? out : "(" + out + ")";
 }
 
 // Non-negative integers in [a, b] (b absent: no bound) without leading zeros;
@@ -635,11 +635,6 @@ class Converter {
             }
             return std::string();
         };
-        if (has("nullable") && s["nullable"] == true) {
-            json copy = s;
-            copy.erase("nullable");
-            return alternatives({visit(copy, where, hint), use("null")});
-        }
         if (has("$ref")) {
             std::string other = only_annotations_besides({"$ref"});
             if (!other.empty()) fail(where + "/" + other, "'" + other + "' beside $ref is not supported");
@@ -800,6 +795,21 @@ class Converter {
                     fail(w + "/" + k, "allOf parts disagree on '" + k + "' (cannot be merged)");
                 }
             }
+        }
+        // A part closed by additionalProperties: false refuses the properties
+        // the other parts add: merging would produce values allOf rejects.
+        for (size_t i = 0; i < parts.size(); ++i) {
+            json part = parts[i];
+            for (int depth = 0; part.is_object() && part.contains("$ref") && depth < 32; ++depth)
+                part = resolve_ref(part["$ref"].get<std::string>(), where);
+            if (!part.is_object() || !part.contains("additionalProperties") ||
+                part["additionalProperties"] != false || !merged.contains("properties"))
+                continue;
+            for (auto p = merged["properties"].begin(); p != merged["properties"].end(); ++p)
+                if (!part.contains("properties") || !part["properties"].contains(p.key()))
+                    fail(where + "/allOf/" + std::to_string(i),
+                         "allOf part with additionalProperties: false does not list property '" +
+                             p.key() + "' another part adds (no value satisfies both)");
         }
         return merged;
     }
@@ -1071,7 +1081,7 @@ class Converter {
 
 std::string json_schema_to_gbnf(const json& schema) { return Converter(schema).run(); }
 
-std::string json_schema_to_gbnf(std::string_view schema_text) {
+std::string json_schema_text_to_gbnf(std::string_view schema_text) {
     json schema;
     try {
         schema = json::parse(schema_text);

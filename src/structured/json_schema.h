@@ -10,7 +10,8 @@
 // - numbers have at most 16 integer and 16 fraction digits and a 3-digit
 //   exponent, strings use the escapes \" \\ \/ \b \f \n \r \t and \uXXXX
 //   (no surrogate halves);
-// - prefixItems are all produced; date has days up to 28 in February.
+// - prefixItems are all produced; date has days up to 28 in February;
+// - OpenAPI's `nullable: true` (no JSON Schema keyword) adds no null.
 // A keyword it cannot enforce (multipleOf, uniqueItems, not, if/then/else,
 // minimum on non-integers other than 0, an unknown keyword, ...) is an error
 // naming the keyword and where it is, never ignored. Annotations (title,
@@ -25,9 +26,10 @@
 
 namespace minfer::structured {
 
-// Throws minfer::Error: "JSON schema: <what> at <json pointer>".
+// Throws minfer::Error: "JSON schema: <what> at <json pointer>". The text
+// form also refuses text that is not JSON.
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
-std::string json_schema_to_gbnf(std::string_view schema_text);
+std::string json_schema_text_to_gbnf(std::string_view schema_text);
 
 // response_format {"type": "json_object"}: any JSON object.
 std::string json_object_gbnf();
