@@ -42,6 +42,11 @@ const minfer::testing::CorpusSchema& corpus_schema(const std::string& name) {
     throw minfer::Error("no corpus schema " + name);
 }
 
+std::shared_ptr<const CompiledGrammar> compiled(const minfer::testing::CorpusSchema& c) {
+    return std::make_shared<const CompiledGrammar>(
+        compile_grammar(parse_gbnf(json_schema_to_gbnf(c.schema))));
+}
+
 // JSON Schema -> GBNF -> automaton (no vocabulary involved).
 void BM_StructuredCompile(benchmark::State& state) {
     const auto& c = corpus_schema(kSchemas[state.range(0)]);
@@ -66,8 +71,7 @@ void BM_StructuredMask(benchmark::State& state) {
     }
     const auto& c = corpus_schema(kSchemas[state.range(0)]);
     state.SetLabel(c.name);
-    auto g = std::make_shared<const CompiledGrammar>(
-        compile_grammar(parse_gbnf(json_schema_to_gbnf(c.schema))));
+    auto g = compiled(c);
     TokenMasker masker(g, vocab);
     std::vector<Matcher> states;
     std::mt19937_64 rng(1);
@@ -108,8 +112,7 @@ void BM_StructuredWarmAll(benchmark::State& state) {
     }
     const auto& c = corpus_schema(kSchemas[state.range(0)]);
     state.SetLabel(c.name);
-    auto g = std::make_shared<const CompiledGrammar>(
-        compile_grammar(parse_gbnf(json_schema_to_gbnf(c.schema))));
+    auto g = compiled(c);
     size_t n = 0;
     for (auto _ : state) {
         TokenMasker masker(g, vocab);

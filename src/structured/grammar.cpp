@@ -47,8 +47,11 @@ std::vector<std::pair<uint32_t, uint32_t>> normalize(std::vector<std::pair<uint3
     return out;
 }
 
-std::vector<std::pair<uint32_t, uint32_t>> complement(
-    const std::vector<std::pair<uint32_t, uint32_t>>& r) {
+}  // namespace
+
+std::vector<std::pair<uint32_t, uint32_t>> complement_code_points(
+    std::vector<std::pair<uint32_t, uint32_t>> ranges) {
+    const auto r = normalize(std::move(ranges));
     std::vector<std::pair<uint32_t, uint32_t>> out;
     uint32_t next = 0;
     for (const auto& [lo, hi] : r) {
@@ -58,6 +61,8 @@ std::vector<std::pair<uint32_t, uint32_t>> complement(
     if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
     return out;
 }
+
+namespace {
 
 class Parser {
   public:
@@ -362,7 +367,7 @@ class Parser {
             Expr cls;
             cls.kind = Expr::Kind::Class;
             cls.ranges = normalize(std::move(ranges));
-            if (negated) cls.ranges = complement(cls.ranges);
+            if (negated) cls.ranges = complement_code_points(cls.ranges);
             if (cls.ranges.empty()) fail("character class matches nothing");
             return cls;
         }

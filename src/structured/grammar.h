@@ -59,6 +59,10 @@ Grammar parse_gbnf(std::string_view text);
 // unrolled, so a bound like {0,1000000} is refused instead of exhausting memory.
 constexpr int32_t kMaxRepeatBound = 10000;
 
+// The code points (0..U+10FFFF) outside `ranges` (inclusive, any order).
+std::vector<std::pair<uint32_t, uint32_t>> complement_code_points(
+    std::vector<std::pair<uint32_t, uint32_t>> ranges);
+
 // GBNF text for a literal string: "..." with the escapes the parser reads.
 std::string gbnf_literal(std::string_view bytes);
 

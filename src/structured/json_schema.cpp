@@ -216,19 +216,6 @@ class PatternConverter {
         }
     }
 
-    static std::vector<std::pair<uint32_t, uint32_t>> complement(
-        std::vector<std::pair<uint32_t, uint32_t>> r) {
-        std::sort(r.begin(), r.end());
-        std::vector<std::pair<uint32_t, uint32_t>> out;
-        uint32_t next = 0;
-        for (const auto& [lo, hi] : r) {
-            if (lo > next) out.push_back({next, lo - 1});
-            next = std::max(next, hi + 1);
-        }
-        if (next <= 0x10FFFF) out.push_back({next, 0x10FFFF});
-        return out;
-    }
-
     uint32_t parse_utf8_char() {
         unsigned char c = uint8_t(re_[pos_]);
         int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
@@ -296,7 +283,7 @@ class PatternConverter {
         if (c == '[') return parse_class();
         if (c == '.') {
             ++pos_;
-            return char_class(complement({{'\n', '\n'}}));
+            return char_class(complement_code_points({{'\n', '\n'}}));
         }
         if (c == '*' || c == '+' || c == '?' || c == ')') fail(std::string("unexpected '") + c + "'");
         if (c == '\\') {
@@ -308,7 +295,7 @@ class PatternConverter {
             }
             if (e == 'D' || e == 'W' || e == 'S') {
                 ++pos_;
-                return char_class(complement(shorthand(char(std::tolower(e)))));
+                return char_class(complement_code_points(shorthand(char(std::tolower(e)))));
             }
             if (e == 'b' || e == 'B') fail("word boundaries are not supported");
             if (e >= '1' && e <= '9') fail("backreferences are not supported");
@@ -336,7 +323,7 @@ class PatternConverter {
                 auto sh = shorthand(char(std::tolower(e)));
                 if (!sh.empty()) {
                     ++pos_;
-                    if (std::isupper(uint8_t(e))) sh = complement(sh);
+                    if (std::isupper(uint8_t(e))) sh = complement_code_points(sh);
                     ranges.insert(ranges.end(), sh.begin(), sh.end());
                     continue;
                 }
@@ -359,7 +346,7 @@ class PatternConverter {
         }
         if (peek() != ']') fail("unterminated character class");
         ++pos_;
-        if (negated) ranges = complement(ranges);
+        if (negated) ranges = complement_code_points(ranges);
         if (ranges.empty()) fail("character class matches nothing");
         return char_class(ranges);
     }
@@ -932,20 +919,24 @@ class Converter {
         return new_rule(hint, "\"{\" " + first[0] + " \"}\"");
     }
 
+    // A length or item count: a non-negative integer, bounded because the
+    // grammar unrolls it.
+    static int64_t count(const json& s, const char* k, int64_t dflt, const std::string& where) {
+        if (!s.contains(k)) return dflt;
+        if (!s[k].is_number_integer() || s[k].get<int64_t>() < 0)
+            fail(where + "/" + k, std::string(k) + " must be a non-negative integer");
+        int64_t v = s[k].get<int64_t>();
+        if (v > kMaxRepeatBound)
+            fail(where + "/" + k, std::string(k) + " above " + std::to_string(kMaxRepeatBound));
+        return v;
+    }
+
     std::string visit_array(const json& s, const std::string& where, const std::string& hint) {
         if (s.contains("uniqueItems") && s["uniqueItems"] != false)
             fail(where + "/uniqueItems", "keyword 'uniqueItems' is not supported");
         for (const char* k : {"contains", "minContains", "maxContains"})
             if (s.contains(k)) fail(where + "/" + k, std::string("keyword '") + k + "' is not supported");
-        auto count = [&](const char* k, int64_t dflt) -> int64_t {
-            if (!s.contains(k)) return dflt;
-            if (!s[k].is_number_integer() || s[k].get<int64_t>() < 0)
-                fail(where + "/" + k, std::string(k) + " must be a non-negative integer");
-            int64_t v = s[k].get<int64_t>();
-            if (v > kMaxRepeatBound) fail(where + "/" + k, std::string(k) + " above " + std::to_string(kMaxRepeatBound));
-            return v;
-        };
-        int64_t min_items = count("minItems", 0), max_items = count("maxItems", -1);
+        int64_t min_items = count(s, "minItems", 0, where), max_items = count(s, "maxItems", -1, where);
         if (max_items >= 0 && max_items < min_items) fail(where, "maxItems is below minItems");
         std::vector<std::string> prefix;
         if (s.contains("prefixItems")) {
@@ -994,15 +985,7 @@ class Converter {
     }
 
     std::string visit_string(const json& s, const std::string& where) {
-        auto count = [&](const char* k, int64_t dflt) -> int64_t {
-            if (!s.contains(k)) return dflt;
-            if (!s[k].is_number_integer() || s[k].get<int64_t>() < 0)
-                fail(where + "/" + k, std::string(k) + " must be a non-negative integer");
-            int64_t v = s[k].get<int64_t>();
-            if (v > kMaxRepeatBound) fail(where + "/" + k, std::string(k) + " above " + std::to_string(kMaxRepeatBound));
-            return v;
-        };
-        int64_t min_len = count("minLength", 0), max_len = count("maxLength", -1);
+        int64_t min_len = count(s, "minLength", 0, where), max_len = count(s, "maxLength", -1, where);
         if (max_len >= 0 && max_len < min_len) fail(where, "maxLength is below minLength");
         bool has_len = s.contains("minLength") || s.contains("maxLength");
         if (s.contains("format")) {
