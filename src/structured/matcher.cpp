@@ -1,6 +1,7 @@
 #include "structured/matcher.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "tokenizer/tokenizer.h"
@@ -232,6 +233,13 @@ bool step_into(const CompiledGrammar& g, const StackSet& in, uint8_t byte, Stack
     return advance_stacks(g, in, byte, out);
 }
 
+// Per-thread scratch for compute_mask's shared first steps (256 stack sets
+// whose storage is reused from call to call).
+std::array<StackSet, 256>& scratch_first_step() {
+    thread_local std::array<StackSet, 256> scratch;
+    return scratch;
+}
+
 bool has_empty(const StackSet& s) { return !s.empty() && s.front().empty(); }  // sorted: [] first
 
 }  // namespace
@@ -305,14 +313,31 @@ void TokenMasker::compute_mask(const Matcher& m, TokenBitset& out) const {
         below.clear();
         close_stack(*g_, Stack(s.begin(), s.end() - 1), below);
         normalize_stacks(below);
+        // The bytes the stack below can take first: most context-dependent
+        // tokens go on with a byte it refuses, found without a walk.
+        // Each first byte's step from below is taken once and shared (it
+        // usually returns from rules: a closure worth not repeating).
+        std::array<bool, 256> first_ok{};
+        for (const Stack& b : below)
+            if (!b.empty())
+                for (int byte = 0; byte < 256; ++byte)
+                    if (g_->step(b.back(), uint8_t(byte)) >= 0) first_ok[byte] = true;
+        std::array<int8_t, 256> first_done{};
+        std::array<StackSet, 256>& first_step = scratch_first_step();
         for (size_t u = 0; u < nm.uncertain_ids.size(); ++u) {
             const int32_t id = nm.uncertain_ids[u];
             if (out.test(id)) continue;
             const std::string& t = v.bytes[id];
             for (uint32_t k = nm.uncertain_begin[u]; k < nm.uncertain_begin[u + 1]; ++k) {
-                bool ok = true;
-                const StackSet* from = &below;
-                for (size_t b = nm.pop_offsets[k]; b < t.size() && ok; ++b) {
+                const uint8_t first = uint8_t(t[nm.pop_offsets[k]]);
+                if (!first_ok[first]) continue;
+                if (!first_done[first]) {
+                    first_done[first] = 1;
+                    advance_stacks(*g_, below, first, first_step[first]);
+                }
+                bool ok = !first_step[first].empty();
+                const StackSet* from = &first_step[first];
+                for (size_t b = nm.pop_offsets[k] + 1; b < t.size() && ok; ++b) {
                     ok = step_into(*g_, *from, uint8_t(t[b]), nxt);
                     std::swap(cur, nxt);
                     from = &cur;
