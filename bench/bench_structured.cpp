@@ -20,8 +20,8 @@ namespace {
 using namespace minfer::structured;
 using Clock = std::chrono::steady_clock;
 
-const char* const kSchemas[] = {"issue31_reply",   "openai_ui_recursive", "enum_150",
-                                "json_object_mode", "anyof_long",          "format_date_time",
+const char* const kSchemas[] = {"issue31_reply",       "openai_ui_recursive", "enum_150",
+                                "json_object_mode",    "anyof_long",          "format_date_time",
                                 "openai_query_db_defs"};
 
 std::shared_ptr<const TokenVocab> qwen_vocab() {
@@ -59,7 +59,9 @@ void BM_StructuredCompile(benchmark::State& state) {
     }
     state.counters["nodes"] = double(nodes);
 }
-BENCHMARK(BM_StructuredCompile)->DenseRange(0, std::size(kSchemas) - 1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_StructuredCompile)
+    ->DenseRange(0, std::size(kSchemas) - 1)
+    ->Unit(benchmark::kMicrosecond);
 
 // Mask time per token after first use: random walks fill the cache, then
 // every state they reached is masked again and timed one by one.
@@ -77,9 +79,9 @@ void BM_StructuredMask(benchmark::State& state) {
     std::mt19937_64 rng(1);
     auto t0 = Clock::now();
     for (int walk = 0; walk < 8; ++walk)
-        minfer::testing::random_walk(masker, g, rng, 256, [&](const Matcher& m, const TokenBitset&) {
-            states.push_back(m);
-        });
+        minfer::testing::random_walk(
+            masker, g, rng, 256,
+            [&](const Matcher& m, const TokenBitset&) { states.push_back(m); });
     double first_use_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     TokenBitset mask;
     std::vector<double> us;
@@ -101,7 +103,10 @@ void BM_StructuredMask(benchmark::State& state) {
     state.counters["walks_first_use_ms"] = first_use_ms;
     state.SetItemsProcessed(int64_t(us.size()));
 }
-BENCHMARK(BM_StructuredMask)->DenseRange(0, std::size(kSchemas) - 1)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_StructuredMask)
+    ->DenseRange(0, std::size(kSchemas) - 1)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 // Filling every node's cache at once (what a server could do at compile time).
 void BM_StructuredWarmAll(benchmark::State& state) {
@@ -121,6 +126,11 @@ void BM_StructuredWarmAll(benchmark::State& state) {
     }
     state.counters["nodes"] = double(n);
 }
-BENCHMARK(BM_StructuredWarmAll)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_StructuredWarmAll)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 }  // namespace

@@ -5,21 +5,19 @@
 
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "structured/matcher.h"
-
 #include "util/error.h"
 
 namespace minfer::testing {
 
 struct CorpusSchema {
     std::string name;
-    nlohmann::ordered_json schema;    // key order matters: it is the output's
+    nlohmann::ordered_json schema;     // key order matters: it is the output's
     std::vector<std::string> valid;    // texts the grammar must accept
     std::vector<std::string> refused;  // texts it must not
 };
@@ -97,7 +95,8 @@ Walk random_walk(const structured::TokenMasker& masker,
         const auto& pool = !closing.empty() && rng() % 3 != 0 ? closing : allowed;
         int32_t id = pool[rng() % pool.size()];
         if (!masker.accept_token(m, id)) {
-            w.error = "token " + std::to_string(id) + " in the mask refused after '" + w.output + "'";
+            w.error =
+                "token " + std::to_string(id) + " in the mask refused after '" + w.output + "'";
             return w;
         }
         w.output += v.bytes[id];
@@ -106,4 +105,3 @@ Walk random_walk(const structured::TokenMasker& masker,
 }
 
 }  // namespace minfer::testing
-

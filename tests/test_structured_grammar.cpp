@@ -59,14 +59,23 @@ ws   ::= " "?
 }
 
 TEST(StructuredGrammar, EscapesNegatedClassesAnyCharAndUtf8) {
-    auto g = compile_text(R"(root ::= "\"" ([^"\\] | "\\" ["\\nt])* "\"" "\n" . "\u00e9" [\x41-\x43])");
-    EXPECT_TRUE(matches(g, "\"a\\\"b\"\n\xE4\xB8\xAD\xC3\xA9" "B"));  // 中 then é then B
-    EXPECT_TRUE(matches(g, "\"\"\nx\xC3\xA9" "A"));
-    EXPECT_FALSE(matches(g, "\"a\"b\"\nx\xC3\xA9" "A"));   // unescaped quote inside
-    EXPECT_FALSE(matches(g, "\"\"\nx\xC3\xA9" "D"));       // D is outside [A-C]
-    EXPECT_FALSE(is_prefix(g, "\"\"\n\xC3\xC3"));          // broken UTF-8 is no character
-    EXPECT_FALSE(is_prefix(g, "\"\"\n\xED\xA0\x80"));      // a surrogate is no character
-    EXPECT_TRUE(is_prefix(g, "\"\"\n\xF0\x9F\x98"));       // 4-byte character, 3 bytes in
+    auto g =
+        compile_text(R"(root ::= "\"" ([^"\\] | "\\" ["\\nt])* "\"" "\n" . "\u00e9" [\x41-\x43])");
+    EXPECT_TRUE(matches(g,
+                        "\"a\\\"b\"\n\xE4\xB8\xAD\xC3\xA9"
+                        "B"));  // 中 then é then B
+    EXPECT_TRUE(matches(g,
+                        "\"\"\nx\xC3\xA9"
+                        "A"));
+    EXPECT_FALSE(matches(g,
+                         "\"a\"b\"\nx\xC3\xA9"
+                         "A"));  // unescaped quote inside
+    EXPECT_FALSE(matches(g,
+                         "\"\"\nx\xC3\xA9"
+                         "D"));                        // D is outside [A-C]
+    EXPECT_FALSE(is_prefix(g, "\"\"\n\xC3\xC3"));      // broken UTF-8 is no character
+    EXPECT_FALSE(is_prefix(g, "\"\"\n\xED\xA0\x80"));  // a surrogate is no character
+    EXPECT_TRUE(is_prefix(g, "\"\"\n\xF0\x9F\x98"));   // 4-byte character, 3 bytes in
 }
 
 TEST(StructuredGrammar, RepetitionBounds) {
@@ -115,7 +124,8 @@ TEST(StructuredGrammar, ContinuationLineStartingWithBar) {
 }
 
 TEST(StructuredGrammar, ErrorsNameLineColumnAndWhat) {
-    expect_error("root ::= \"a\"\nfoo \"b\"\n", "grammar line 2 col 5: expected '::=' after rule name 'foo'");
+    expect_error("root ::= \"a\"\nfoo \"b\"\n",
+                 "grammar line 2 col 5: expected '::=' after rule name 'foo'");
     expect_error("root ::= \"abc\n", "line 1 col 14: unterminated string literal");
     expect_error("root ::= [a-z\n", "unterminated character class");
     expect_error("root ::= [z-a]\n", "range is backwards");
@@ -130,7 +140,8 @@ TEST(StructuredGrammar, ErrorsNameLineColumnAndWhat) {
     expect_error("root ::= value\n", "rule 'value' is used at line 1 col 10 but never defined");
     expect_error("root ::= \"a\"\nroot ::= \"b\"\n", "rule 'root' is defined twice");
     expect_error("start ::= \"a\"\n", "no 'root' rule");
-    expect_error("root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"\n", "rule 'expr' is left-recursive");
+    expect_error("root ::= expr\nexpr ::= expr \"+\" \"1\" | \"1\"\n",
+                 "rule 'expr' is left-recursive");
     expect_error("root ::= \"y\" | a\na ::= \"x\" a\n", "rule 'a' can never finish");
     expect_error("root ::= [^\\x00-\\U0010FFFF]\n", "character class matches nothing");
 }

@@ -8,10 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
 #include "shared_files.h"
@@ -37,13 +36,17 @@ std::shared_ptr<const TokenVocab> synthetic_vocab() {
     std::vector<std::string> t;
     for (int b = 0; b < 256; ++b) t.push_back(std::string(1, char(b)));
     for (const char* s :
-         {"{\"", "\":", "\",", "\",\"", "\"}", "}}", "]}", "},{\"", "\":\"", "\":[", "\": ", ", \"",
-          "true", "false", "null", "nu", "ll", " \"", ": ", ", ", "12", "00", "-1", ".5", "e+",
-          "E-", "0.", "name", "Country", "city_", "cat", "dog", "admin", "user", "\"\"", "[]",
-          "{}", "[[", "]]", "\\\"", "\\\\", "\\n", "\\u00", "\\ud8", "2024-", "-02-", "T12:",
-          ":00Z", "\xC3\xA9", "\xE4\xB8\xAD", "\xE4\xB8", "\xAD\"", "\"\xC3", "abc", " a", "ab",
-          "\"a\"", "1,", "0]", "0}", "e5", "Country1", "city_1", "\"Country", "k1", "\"k",
-          "1}", "\":{\"", "value", "next", "op", "+\",", "uuid", "-4", "aaaa", "-e89b-"})
+         {"{\"",          "\":",      "\",",    "\",\"",  "\"}",    "}}",       "]}",
+          "},{\"",        "\":\"",    "\":[",   "\": ",   ", \"",   "true",     "false",
+          "null",         "nu",       "ll",     " \"",    ": ",     ", ",       "12",
+          "00",           "-1",       ".5",     "e+",     "E-",     "0.",       "name",
+          "Country",      "city_",    "cat",    "dog",    "admin",  "user",     "\"\"",
+          "[]",           "{}",       "[[",     "]]",     "\\\"",   "\\\\",     "\\n",
+          "\\u00",        "\\ud8",    "2024-",  "-02-",   "T12:",   ":00Z",     "\xC3\xA9",
+          "\xE4\xB8\xAD", "\xE4\xB8", "\xAD\"", "\"\xC3", "abc",    " a",       "ab",
+          "\"a\"",        "1,",       "0]",     "0}",     "e5",     "Country1", "city_1",
+          "\"Country",    "k1",       "\"k",    "1}",     "\":{\"", "value",    "next",
+          "op",           "+\",",     "uuid",   "-4",     "aaaa",   "-e89b-"})
         t.push_back(s);
     std::vector<bool> special(t.size(), false);
     t.push_back("<|im_end|>");
@@ -117,7 +120,8 @@ std::string validate_outputs(const std::vector<std::pair<const CorpusSchema*, st
 
 TEST(StructuredMask, EogOnlyWhenCompleteSpecialTokensNever) {
     auto v = synthetic_vocab();
-    auto g = std::make_shared<const CompiledGrammar>(compile_grammar(parse_gbnf("root ::= \"ab\" \"c\"?\n")));
+    auto g = std::make_shared<const CompiledGrammar>(
+        compile_grammar(parse_gbnf("root ::= \"ab\" \"c\"?\n")));
     TokenMasker masker(g, v);
     Matcher m(g);
     TokenBitset mask;
@@ -127,7 +131,8 @@ TEST(StructuredMask, EogOnlyWhenCompleteSpecialTokensNever) {
     EXPECT_FALSE(mask.test(im_end));
     EXPECT_TRUE(mask.test('a'));
     EXPECT_FALSE(mask.test('b'));
-    const int32_t ab = int32_t(std::find(v->bytes.begin(), v->bytes.end(), "ab") - v->bytes.begin());
+    const int32_t ab =
+        int32_t(std::find(v->bytes.begin(), v->bytes.end(), "ab") - v->bytes.begin());
     EXPECT_TRUE(mask.test(ab));
     EXPECT_FALSE(masker.accept_token(m, eog));
     EXPECT_FALSE(masker.accept_token(m, im_end));
@@ -167,7 +172,8 @@ TEST(StructuredMask, MaskEqualsBruteForceOnEveryStateOfCorpusWalks) {
 
 TEST(StructuredMask, RandomWalksProduceValidJsonForEveryCorpusSchema) {
     if (!python_jsonschema_available())
-        GTEST_SKIP() << "python3 with jsonschema is missing (scripts/setup.sh installs python3-jsonschema)";
+        GTEST_SKIP()
+            << "python3 with jsonschema is missing (scripts/setup.sh installs python3-jsonschema)";
     auto v = synthetic_vocab();
     auto corpus = load_schema_corpus();
     std::mt19937_64 rng(11);
@@ -198,7 +204,8 @@ TEST(StructuredMask, RandomWalksProduceValidJsonForEveryCorpusSchema) {
 TEST(StructuredMask, QwenVocabularyWalksAreValidAndMasksExact) {
     MINFER_REQUIRE_SHARED_FILES(minfer::testing::shared_file("models/qwen2-mini-q8_0.gguf"));
     if (!python_jsonschema_available())
-        GTEST_SKIP() << "python3 with jsonschema is missing (scripts/setup.sh installs python3-jsonschema)";
+        GTEST_SKIP()
+            << "python3 with jsonschema is missing (scripts/setup.sh installs python3-jsonschema)";
     auto v = qwen_vocab();
     ASSERT_EQ(v->n_vocab(), 151936);
     auto corpus = load_schema_corpus();
@@ -211,14 +218,16 @@ TEST(StructuredMask, QwenVocabularyWalksAreValidAndMasksExact) {
         TokenMasker masker(g, v);
         for (int walk = 0; walk < 2; ++walk) {
             int step = 0;
-            Walk w = random_walk(masker, g, rng, 300, [&](const Matcher& m, const TokenBitset& mask) {
-                // The brute force costs ~0.1 s a state on 151,936 tokens: a
-                // few states per walk.
-                if (step++ % 16 != 3) return;
-                ++checked;
-                TokenBitset expect = brute_force_mask(m, *v);
-                ASSERT_EQ(mask.words, expect.words) << c.name << ": mask differs from brute force";
-            });
+            Walk w =
+                random_walk(masker, g, rng, 300, [&](const Matcher& m, const TokenBitset& mask) {
+                    // The brute force costs ~0.1 s a state on 151,936 tokens: a
+                    // few states per walk.
+                    if (step++ % 16 != 3) return;
+                    ++checked;
+                    TokenBitset expect = brute_force_mask(m, *v);
+                    ASSERT_EQ(mask.words, expect.words)
+                        << c.name << ": mask differs from brute force";
+                });
             EXPECT_EQ(w.error, "") << c.name;
             if (w.finished) outs.push_back({&c, w.output});
         }

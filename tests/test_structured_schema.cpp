@@ -4,7 +4,6 @@
 
 #include <fstream>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "structured/compiled.h"
@@ -54,7 +53,8 @@ TEST(StructuredSchema, ObjectKeysInSchemaOrderOptionalOnesMayBeLeftOut) {
 }
 
 TEST(StructuredSchema, WhitespaceIsAtMostOneSpaceAfterColonAndComma) {
-    auto g = schema_grammar(R"({"type":"array","items":{"type":"object","properties":{"k":{"type":"integer"}},"required":["k"]}})");
+    auto g = schema_grammar(
+        R"({"type":"array","items":{"type":"object","properties":{"k":{"type":"integer"}},"required":["k"]}})");
     EXPECT_TRUE(matches(g, R"([{"k":1},{"k":2}])"));
     EXPECT_TRUE(matches(g, R"([{"k": 1}, {"k": 2}])"));
     EXPECT_FALSE(matches(g, R"([{"k":  1}])"));
@@ -62,7 +62,8 @@ TEST(StructuredSchema, WhitespaceIsAtMostOneSpaceAfterColonAndComma) {
     EXPECT_FALSE(matches(g, R"([{"k":1} ])"));
     EXPECT_FALSE(matches(g, "[{\"k\":1},\n{\"k\":2}]"));
     // Generic values (json_object mode) follow the same rule.
-    auto any = std::make_shared<const CompiledGrammar>(compile_grammar(parse_gbnf(json_object_gbnf())));
+    auto any =
+        std::make_shared<const CompiledGrammar>(compile_grammar(parse_gbnf(json_object_gbnf())));
     EXPECT_TRUE(matches(any, R"({"a": [1, {"b": null}], "c": "d"})"));
     EXPECT_FALSE(matches(any, R"({"a":  1})"));
     EXPECT_FALSE(matches(any, R"([1])"));  // an object, not any value
@@ -76,15 +77,16 @@ TEST(StructuredSchema, StringsLengthsEscapesAndUnicode) {
     EXPECT_FALSE(matches(g, R"("abcd")"));
     auto s = schema_grammar(R"({"type":"string"})");
     EXPECT_TRUE(matches(s, R"("a\"b\\c\/d\b\f\n\r\t\u12aF")"));
-    EXPECT_FALSE(matches(s, "\"a\nb\""));            // raw control character
-    EXPECT_FALSE(matches(s, R"("\ud800")"));          // surrogate half
-    EXPECT_FALSE(matches(s, R"("\x41")"));            // not a JSON escape
+    EXPECT_FALSE(matches(s, "\"a\nb\""));     // raw control character
+    EXPECT_FALSE(matches(s, R"("\ud800")"));  // surrogate half
+    EXPECT_FALSE(matches(s, R"("\x41")"));    // not a JSON escape
 }
 
 TEST(StructuredSchema, NumbersIntegersAndRanges) {
     auto n = schema_grammar(R"({"type":"number"})");
     for (const char* ok : {"0", "-0.5", "12e3", "1.25E-7", "-3"}) EXPECT_TRUE(matches(n, ok)) << ok;
-    for (const char* bad : {"01", "1.", ".5", "+1", "1e", "--1", "1e1234"}) EXPECT_FALSE(matches(n, bad)) << bad;
+    for (const char* bad : {"01", "1.", ".5", "+1", "1e", "--1", "1e1234"})
+        EXPECT_FALSE(matches(n, bad)) << bad;
     auto r = schema_grammar(R"({"type":"integer","minimum":-15,"maximum":1203})");
     for (int v = -40; v <= 1300; ++v)
         EXPECT_EQ(matches(r, std::to_string(v)), v >= -15 && v <= 1203) << v;
@@ -113,18 +115,21 @@ TEST(StructuredSchema, EnumConstAnyOfTypeArraysAndRefs) {
     EXPECT_TRUE(matches(t, "null"));
     EXPECT_TRUE(matches(t, "7"));
     EXPECT_FALSE(matches(t, "\"7\""));
-    auto rec = schema_grammar(R"({"$defs":{"n":{"type":"object","properties":{"next":{"anyOf":[{"$ref":"#/$defs/n"},{"type":"null"}]}},"required":["next"]}},"$ref":"#/$defs/n"})");
+    auto rec = schema_grammar(
+        R"({"$defs":{"n":{"type":"object","properties":{"next":{"anyOf":[{"$ref":"#/$defs/n"},{"type":"null"}]}},"required":["next"]}},"$ref":"#/$defs/n"})");
     EXPECT_TRUE(matches(rec, R"({"next":{"next":{"next":null}}})"));
     EXPECT_FALSE(matches(rec, R"({"next":{"next":{}}})"));
 }
 
 TEST(StructuredSchema, ArraysBoundsAndPrefixItems) {
-    auto a = schema_grammar(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})");
+    auto a =
+        schema_grammar(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})");
     EXPECT_FALSE(matches(a, "[]"));
     EXPECT_TRUE(matches(a, "[1]"));
     EXPECT_TRUE(matches(a, "[1, 2,3]"));
     EXPECT_FALSE(matches(a, "[1,2,3,4]"));
-    auto p = schema_grammar(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"boolean"}],"items":{"type":"null"},"maxItems":3})");
+    auto p = schema_grammar(
+        R"({"type":"array","prefixItems":[{"type":"string"},{"type":"boolean"}],"items":{"type":"null"},"maxItems":3})");
     EXPECT_TRUE(matches(p, R"(["a",true])"));
     EXPECT_TRUE(matches(p, R"(["a",true,null])"));
     EXPECT_FALSE(matches(p, R"(["a",true,null,null])"));
@@ -156,23 +161,31 @@ TEST(StructuredSchema, FormatsAndPatterns) {
 TEST(StructuredSchema, KeywordsItCannotEnforceAreErrorsNamingThem) {
     expect_refused(R"({"type":"integer","multipleOf":3})", "'multipleOf'");
     expect_refused(R"({"type":"array","uniqueItems":true})", "'uniqueItems' is not supported at #");
-    expect_refused(R"({"not":{"type":"string"}})", "keyword 'not' is not supported (it cannot be enforced) at #/not");
+    expect_refused(R"({"not":{"type":"string"}})",
+                   "keyword 'not' is not supported (it cannot be enforced) at #/not");
     expect_refused(R"({"if":{},"then":{}})", "keyword 'if'");
     expect_refused(R"({"type":"object","properties":{"a":{"type":"string","format":"email"}}})",
-                   "format 'email' is not supported (date, time, date-time, uuid are) at #/properties/a/format");
+                   "format 'email' is not supported (date, time, date-time, uuid are) at "
+                   "#/properties/a/format");
     expect_refused(R"({"type":"number","maximum":3.5})", "'maximum' on a number is not supported");
     expect_refused(R"({"type":"object","minProperties":1})", "'minProperties'");
     expect_refused(R"({"type":"string","pattern":"(?=a)b"})", "lookaround");
     expect_refused(R"({"type":"string","pattern":"(a)\\1"})", "backreferences");
     expect_refused(R"({"type":"string","pattern":"a^b"})", "'^' is only supported at the start");
-    expect_refused(R"({"type":"string","minLength":1,"pattern":"a"})", "pattern together with minLength");
-    expect_refused(R"({"$ref":"https://example.com/s.json"})", "is not a reference inside this schema");
+    expect_refused(R"({"type":"string","minLength":1,"pattern":"a"})",
+                   "pattern together with minLength");
+    expect_refused(R"({"$ref":"https://example.com/s.json"})",
+                   "is not a reference inside this schema");
     expect_refused(R"({"$ref":"#/$defs/missing"})", "points to nothing");
-    expect_refused(R"({"oneOf":[{"type":"string"},{"type":"string","maxLength":3}]})", "oneOf branches 0 and 1 may both match");
-    expect_refused(R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":false},{"properties":{"b":{}}}]})",
-                   "does not list property 'b'");
-    expect_refused(R"({"type":"object","properties":{"a":{}},"required":["b"]})", "required property 'b' is not in properties");
-    expect_refused(R"({"type":"string","maxItems":3})", "'maxItems' does not apply to type 'string'");
+    expect_refused(R"({"oneOf":[{"type":"string"},{"type":"string","maxLength":3}]})",
+                   "oneOf branches 0 and 1 may both match");
+    expect_refused(
+        R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":false},{"properties":{"b":{}}}]})",
+        "does not list property 'b'");
+    expect_refused(R"({"type":"object","properties":{"a":{}},"required":["b"]})",
+                   "required property 'b' is not in properties");
+    expect_refused(R"({"type":"string","maxItems":3})",
+                   "'maxItems' does not apply to type 'string'");
     expect_refused(R"({"type":"thing"})", "unknown type 'thing'");
     expect_refused(R"(false)", "schema 'false' matches nothing");
     expect_refused(R"({"type": "string",)", "not valid JSON");

@@ -132,7 +132,7 @@ class Compiler {
         size_t n = g_.rules.size();
         refs_.assign(n, {});
         std::function<void(const Expr&, std::set<int32_t>&)> collect = [&](const Expr& e,
-                                                                         std::set<int32_t>& out) {
+                                                                           std::set<int32_t>& out) {
             if (e.kind == Expr::Kind::RuleRef) out.insert(e.rule);
             for (const auto& c : e.children) collect(c, out);
         };
@@ -439,7 +439,9 @@ class Compiler {
 
 }  // namespace
 
-CompiledGrammar compile_grammar(const Grammar& g) { return Compiler(g).run(); }
+CompiledGrammar compile_grammar(const Grammar& g) {
+    return Compiler(g).run();
+}
 
 void close_stack(const CompiledGrammar& g, Stack s, StackSet& out) {
     // Explored stacks are remembered so that a loop through a rule that can

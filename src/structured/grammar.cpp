@@ -30,8 +30,8 @@ void append_utf8(std::string& out, uint32_t cp) {
 }
 
 bool is_word_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
 }
 
 // Sorts and merges overlapping or touching ranges.
@@ -288,27 +288,46 @@ class Parser {
             char e = peek();
             ++pos_;
             switch (e) {
-                case 'n': return '\n';
-                case 'r': return '\r';
-                case 't': return '\t';
-                case '\\': return '\\';
-                case '"': return '"';
-                case '\'': return '\'';
-                case '[': return '[';
-                case ']': return ']';
-                case '-': return '-';
-                case '^': return '^';
-                case '/': return '/';
-                case 'x': last_was_byte_escape_ = true; return parse_hex(2);
-                case 'u': return check_cp(parse_hex(4));
-                case 'U': return check_cp(parse_hex(8));
+                case 'n':
+                    return '\n';
+                case 'r':
+                    return '\r';
+                case 't':
+                    return '\t';
+                case '\\':
+                    return '\\';
+                case '"':
+                    return '"';
+                case '\'':
+                    return '\'';
+                case '[':
+                    return '[';
+                case ']':
+                    return ']';
+                case '-':
+                    return '-';
+                case '^':
+                    return '^';
+                case '/':
+                    return '/';
+                case 'x':
+                    last_was_byte_escape_ = true;
+                    return parse_hex(2);
+                case 'u':
+                    return check_cp(parse_hex(4));
+                case 'U':
+                    return check_cp(parse_hex(8));
                 default:
                     pos_ -= 2;  // point at the backslash
                     fail(std::string("unknown escape '\\") + e + "'");
             }
         }
         // A UTF-8 character as it stands in the grammar text.
-        int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        int len = c < 0x80           ? 1
+                  : (c >> 5) == 0x6  ? 2
+                  : (c >> 4) == 0xE  ? 3
+                  : (c >> 3) == 0x1E ? 4
+                                     : 0;
         if (len == 0 || pos_ + size_t(len) > s_.size()) fail("invalid UTF-8 in the grammar text");
         uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
         for (int i = 1; i < len; ++i) {
@@ -359,7 +378,8 @@ class Parser {
                 if (peek() == '-' && peek(1) != ']') {
                     ++pos_;
                     hi = parse_char();
-                    if (hi < lo) fail("character class range is backwards (its end is below its start)");
+                    if (hi < lo)
+                        fail("character class range is backwards (its end is below its start)");
                 }
                 ranges.push_back({lo, hi});
             }
@@ -392,7 +412,8 @@ class Parser {
             std::string name = parse_name();
             skip_space(false);
             if (s_.substr(pos_, 3) == "::=")
-                fail("'" + name + "' starts a new rule inside a group or without a newline before it");
+                fail("'" + name +
+                     "' starts a new rule inside a group or without a newline before it");
             Expr ref;
             ref.kind = Expr::Kind::RuleRef;
             ref.rule = rule_id(name);
@@ -413,7 +434,9 @@ class Parser {
 
 }  // namespace
 
-Grammar parse_gbnf(std::string_view text) { return Parser(text).parse(); }
+Grammar parse_gbnf(std::string_view text) {
+    return Parser(text).parse();
+}
 
 std::string gbnf_literal(std::string_view bytes) {
     std::string out = "\"";

@@ -24,7 +24,8 @@ const std::map<std::string, std::string>& primitive_rules() {
         {"hex", R"([0-9a-fA-F])"},
         // \u escapes skip the surrogate halves D800-DFFF (a decoder would pair
         // or reject them, changing the string's length).
-        {"char", R"([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CeEfF] hex hex hex | [dD] [0-7] hex hex)))"},
+        {"char",
+         R"([^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CeEfF] hex hex hex | [dD] [0-7] hex hex)))"},
         {"string", R"("\"" char* "\"")"},
         {"uint", R"("0" | [1-9] [0-9]{0,15})"},
         {"integer", R"("-"? uint)"},
@@ -36,8 +37,10 @@ const std::map<std::string, std::string>& primitive_rules() {
         {"value", R"(object | array | string | number | boolean | null)"},
         {"object", R"("{" (string ":" sp value ("," sp string ":" sp value)*)? "}")"},
         {"array", R"("[" (value ("," sp value)*)? "]")"},
-        {"date", R"([0-9]{4} "-" (("01" | "03" | "05" | "07" | "08" | "10" | "12") "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | ("04" | "06" | "09" | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02-" ("0" [1-9] | "1" [0-9] | "2" [0-8])))"},
-        {"time", R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))"},
+        {"date",
+         R"([0-9]{4} "-" (("01" | "03" | "05" | "07" | "08" | "10" | "12") "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | ("04" | "06" | "09" | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02-" ("0" [1-9] | "1" [0-9] | "2" [0-8])))"},
+        {"time",
+         R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))"},
         {"uuid", R"(hex{8} "-" hex{4} "-" hex{4} "-" hex{4} "-" hex{12})"},
     };
     return rules;
@@ -60,41 +63,67 @@ const std::map<std::string, std::vector<std::string>>& primitive_deps() {
 
 const std::set<std::string>& annotation_keywords() {
     static const std::set<std::string> k = {
-        "title",    "description", "default",  "examples",  "$schema",
-        "$id",      "$comment",    "deprecated", "readOnly", "writeOnly",
-        "$defs",    "definitions", "strict",   "name",      "contentMediaType"};
+        "title", "description", "default",    "examples", "$schema",
+        "$id",   "$comment",    "deprecated", "readOnly", "writeOnly",
+        "$defs", "definitions", "strict",     "name",     "contentMediaType"};
     return k;
 }
 
 // Keywords the converter reads; everything else is refused.
 const std::set<std::string>& handled_keywords() {
-    static const std::set<std::string> k = {
-        "type",      "properties", "required",  "additionalProperties",
-        "enum",      "const",      "anyOf",     "oneOf",
-        "allOf",     "$ref",       "items",     "prefixItems",
-        "minItems",  "maxItems",   "minLength", "maxLength",
-        "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum",
-        "pattern",   "format",     "nullable",  "uniqueItems"};
+    static const std::set<std::string> k = {"type",
+                                            "properties",
+                                            "required",
+                                            "additionalProperties",
+                                            "enum",
+                                            "const",
+                                            "anyOf",
+                                            "oneOf",
+                                            "allOf",
+                                            "$ref",
+                                            "items",
+                                            "prefixItems",
+                                            "minItems",
+                                            "maxItems",
+                                            "minLength",
+                                            "maxLength",
+                                            "minimum",
+                                            "maximum",
+                                            "exclusiveMinimum",
+                                            "exclusiveMaximum",
+                                            "pattern",
+                                            "format",
+                                            "nullable",
+                                            "uniqueItems"};
     return k;
 }
 
 // The type each type-specific keyword applies to.
 const std::map<std::string, std::string>& keyword_type() {
-    static const std::map<std::string, std::string> owner = {
-        {"properties", "object"}, {"required", "object"}, {"additionalProperties", "object"},
-        {"items", "array"},       {"prefixItems", "array"}, {"minItems", "array"},
-        {"maxItems", "array"},    {"uniqueItems", "array"}, {"minLength", "string"},
-        {"maxLength", "string"},  {"pattern", "string"},  {"format", "string"},
-        {"minimum", "number"},    {"maximum", "number"},  {"exclusiveMinimum", "number"},
-        {"exclusiveMaximum", "number"}};
+    static const std::map<std::string, std::string> owner = {{"properties", "object"},
+                                                             {"required", "object"},
+                                                             {"additionalProperties", "object"},
+                                                             {"items", "array"},
+                                                             {"prefixItems", "array"},
+                                                             {"minItems", "array"},
+                                                             {"maxItems", "array"},
+                                                             {"uniqueItems", "array"},
+                                                             {"minLength", "string"},
+                                                             {"maxLength", "string"},
+                                                             {"pattern", "string"},
+                                                             {"format", "string"},
+                                                             {"minimum", "number"},
+                                                             {"maximum", "number"},
+                                                             {"exclusiveMinimum", "number"},
+                                                             {"exclusiveMaximum", "number"}};
     return owner;
 }
 
 std::string sanitize(const std::string& s) {
     std::string out;
     for (char c : s)
-        out += ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) ? c
-                                                                                            : '-';
+        out +=
+            ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) ? c : '-';
     return out.empty() ? "x" : out;
 }
 
@@ -168,7 +197,9 @@ class PatternConverter {
             if (peek() == '$') {
                 ++pos_;
                 if (!top || (pos_ < re_.size() && peek() != '|'))
-                    fail("'$' is only supported at the end of the pattern or of a top-level alternative");
+                    fail(
+                        "'$' is only supported at the end of the pattern or of a top-level "
+                        "alternative");
                 *end_anchor = true;
                 break;
             }
@@ -209,16 +240,24 @@ class PatternConverter {
     // Code point ranges of \d \w \s and their negations.
     static std::vector<std::pair<uint32_t, uint32_t>> shorthand(char c) {
         switch (c) {
-            case 'd': return {{'0', '9'}};
-            case 'w': return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-            case 's': return {{'\t', '\r'}, {' ', ' '}};
-            default: return {};
+            case 'd':
+                return {{'0', '9'}};
+            case 'w':
+                return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+            case 's':
+                return {{'\t', '\r'}, {' ', ' '}};
+            default:
+                return {};
         }
     }
 
     uint32_t parse_utf8_char() {
         unsigned char c = uint8_t(re_[pos_]);
-        int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        int len = c < 0x80           ? 1
+                  : (c >> 5) == 0x6  ? 2
+                  : (c >> 4) == 0xE  ? 3
+                  : (c >> 3) == 0x1E ? 4
+                                     : 0;
         if (len == 0 || pos_ + size_t(len) > re_.size()) fail("invalid UTF-8");
         uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
         for (int i = 1; i < len; ++i) cp = (cp << 6) | (uint8_t(re_[pos_ + size_t(i)]) & 0x3F);
@@ -231,12 +270,18 @@ class PatternConverter {
         char e = peek();
         ++pos_;
         switch (e) {
-            case 'n': return '\n';
-            case 'r': return '\r';
-            case 't': return '\t';
-            case 'f': return '\f';
-            case 'v': return '\v';
-            case '0': return 0;
+            case 'n':
+                return '\n';
+            case 'r':
+                return '\r';
+            case 't':
+                return '\t';
+            case 'f':
+                return '\f';
+            case 'v':
+                return '\v';
+            case '0':
+                return 0;
             case 'x': {
                 uint32_t v = 0;
                 for (int i = 0; i < 2; ++i) v = v * 16 + hex_digit();
@@ -272,7 +317,9 @@ class PatternConverter {
                 if (re_.substr(pos_, 2) == "?:") {
                     pos_ += 2;
                 } else {
-                    fail("group syntax (? other than (?: is not supported (lookaround, named groups)");
+                    fail(
+                        "group syntax (? other than (?: is not supported (lookaround, named "
+                        "groups)");
                 }
             }
             std::string inner = parse_alt();
@@ -285,7 +332,8 @@ class PatternConverter {
             ++pos_;
             return char_class(complement_code_points({{'\n', '\n'}}));
         }
-        if (c == '*' || c == '+' || c == '?' || c == ')') fail(std::string("unexpected '") + c + "'");
+        if (c == '*' || c == '+' || c == '?' || c == ')')
+            fail(std::string("unexpected '") + c + "'");
         if (c == '\\') {
             ++pos_;
             char e = peek();
@@ -369,13 +417,27 @@ class PatternConverter {
                 if (cp < 0x20 || cp == '"' || cp == '\\') {
                     std::string esc;
                     switch (cp) {
-                        case '"': esc = "\\\""; break;
-                        case '\\': esc = "\\\\"; break;
-                        case '\n': esc = "\\n"; break;
-                        case '\r': esc = "\\r"; break;
-                        case '\t': esc = "\\t"; break;
-                        case '\b': esc = "\\b"; break;
-                        case '\f': esc = "\\f"; break;
+                        case '"':
+                            esc = "\\\"";
+                            break;
+                        case '\\':
+                            esc = "\\\\";
+                            break;
+                        case '\n':
+                            esc = "\\n";
+                            break;
+                        case '\r':
+                            esc = "\\r";
+                            break;
+                        case '\t':
+                            esc = "\\t";
+                            break;
+                        case '\b':
+                            esc = "\\b";
+                            break;
+                        case '\f':
+                            esc = "\\f";
+                            break;
                         default:
                             esc = std::string("\\u00") + hex[cp >> 4] + hex[cp & 15];
                     }
@@ -439,7 +501,8 @@ std::string digits_between(const std::string& lo, const std::string& hi) {
         alts.push_back(cls(hi[0], hi[0]) + " (" + digits_between(zeros, rest_hi) + ")");
         --last;
     }
-    if (first <= last) alts.insert(alts.begin() + (rest_lo != zeros ? 1 : 0), cls(first, last) + " " + any);
+    if (first <= last)
+        alts.insert(alts.begin() + (rest_lo != zeros ? 1 : 0), cls(first, last) + " " + any);
     std::string out;
     for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
     return alts.size() == 1 ? out : "(" + out + ")";
@@ -528,8 +591,7 @@ class Converter {
     std::string new_rule(const std::string& hint, std::string body) {
         std::string base = sanitize(hint);
         std::string name = base;
-        for (int i = 2; taken_.count(name) || primitive_rules().count(name) || name == "root";
-             ++i)
+        for (int i = 2; taken_.count(name) || primitive_rules().count(name) || name == "root"; ++i)
             name = base + "-" + std::to_string(i);
         taken_.insert(name);
         rules_.push_back({name, std::move(body)});
@@ -544,8 +606,8 @@ class Converter {
         size_t pos = 2;
         while (pos <= ref.size()) {
             size_t slash = ref.find('/', pos);
-            std::string part = ref.substr(pos, slash == std::string::npos ? std::string::npos
-                                                                          : slash - pos);
+            std::string part =
+                ref.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
             std::string key;
             for (size_t i = 0; i < part.size(); ++i) {
                 if (part[i] == '~' && i + 1 < part.size()) {
@@ -624,14 +686,16 @@ class Converter {
         };
         if (has("$ref")) {
             std::string other = only_annotations_besides({"$ref"});
-            if (!other.empty()) fail(where + "/" + other, "'" + other + "' beside $ref is not supported");
+            if (!other.empty())
+                fail(where + "/" + other, "'" + other + "' beside $ref is not supported");
             if (!s["$ref"].is_string()) fail(where + "/$ref", "$ref must be a string");
             return ref_rule(s["$ref"].get<std::string>(), where + "/$ref");
         }
         if (has("allOf")) return visit(merge_all_of(s, where), where, hint);
         if (has("const")) {
             std::string other = only_annotations_besides({"const", "type", "enum"});
-            if (!other.empty()) fail(where + "/" + other, "'" + other + "' beside const is not supported");
+            if (!other.empty())
+                fail(where + "/" + other, "'" + other + "' beside const is not supported");
             if (has("enum") &&
                 std::find(s["enum"].begin(), s["enum"].end(), s["const"]) == s["enum"].end())
                 fail(where, "const is not one of enum");
@@ -639,7 +703,8 @@ class Converter {
         }
         if (has("enum")) {
             std::string other = only_annotations_besides({"enum", "type"});
-            if (!other.empty()) fail(where + "/" + other, "'" + other + "' beside enum is not supported");
+            if (!other.empty())
+                fail(where + "/" + other, "'" + other + "' beside enum is not supported");
             if (!s["enum"].is_array() || s["enum"].empty())
                 fail(where + "/enum", "enum must be a non-empty array");
             std::vector<std::string> alts;
@@ -652,7 +717,8 @@ class Converter {
         }
         if (has("anyOf") || has("oneOf")) {
             const char* key = has("anyOf") ? "anyOf" : "oneOf";
-            if (has("anyOf") && has("oneOf")) fail(where, "anyOf together with oneOf is not supported");
+            if (has("anyOf") && has("oneOf"))
+                fail(where, "anyOf together with oneOf is not supported");
             std::string other = only_annotations_besides({key});
             if (!other.empty())
                 fail(where + "/" + other, "'" + other + "' beside " + key + " is not supported");
@@ -714,8 +780,9 @@ class Converter {
     static bool value_has_type(const json& v, const json& type) {
         auto one = [&](const std::string& t) {
             if (t == "string") return v.is_string();
-            if (t == "integer") return v.is_number_integer() ||
-                                       (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+            if (t == "integer")
+                return v.is_number_integer() ||
+                       (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
             if (t == "number") return v.is_number();
             if (t == "boolean") return v.is_boolean();
             if (t == "null") return v.is_null();
@@ -815,7 +882,8 @@ class Converter {
         auto types_of = [](const json& b) {
             std::set<std::string> t;
             if (b.is_object() && b.contains("type")) {
-                if (b["type"].is_string()) t.insert(b["type"].get<std::string>());
+                if (b["type"].is_string())
+                    t.insert(b["type"].get<std::string>());
                 else
                     for (const auto& x : b["type"]) t.insert(x.get<std::string>());
             } else if (b.is_object() && b.contains("const")) {
@@ -829,9 +897,9 @@ class Converter {
             std::set<std::string> v;
             if (!b.is_object() || !b.contains("properties") || !b["properties"].contains(key))
                 return v;
-            bool required = b.contains("required") &&
-                            std::find(b["required"].begin(), b["required"].end(), key) !=
-                                b["required"].end();
+            bool required =
+                b.contains("required") &&
+                std::find(b["required"].begin(), b["required"].end(), key) != b["required"].end();
             if (!required) return v;
             const json& p = b["properties"][key];
             if (p.contains("const")) v.insert(p["const"].dump());
@@ -848,7 +916,8 @@ class Converter {
                 if (disjoint_types) continue;
                 bool told_apart = false;
                 if (bs[i].is_object() && bs[i].contains("properties"))
-                    for (auto p = bs[i]["properties"].begin(); p != bs[i]["properties"].end(); ++p) {
+                    for (auto p = bs[i]["properties"].begin(); p != bs[i]["properties"].end();
+                         ++p) {
                         auto vi = discriminator_values(bs[i], p.key());
                         auto vj = discriminator_values(bs[j], p.key());
                         if (vi.empty() || vj.empty()) continue;
@@ -867,7 +936,8 @@ class Converter {
 
     std::string visit_object(const json& s, const std::string& where, const std::string& hint) {
         for (const char* k : {"minProperties", "maxProperties", "patternProperties"})
-            if (s.contains(k)) fail(where + "/" + k, std::string("keyword '") + k + "' is not supported");
+            if (s.contains(k))
+                fail(where + "/" + k, std::string("keyword '") + k + "' is not supported");
         std::vector<std::pair<std::string, bool>> props;  // name, required
         std::set<std::string> required;
         if (s.contains("required")) {
@@ -908,12 +978,14 @@ class Converter {
             std::string item = "\",\" sp " + kv[i];
             std::string tail = after[i + 1].empty() ? "" : " " + after[i + 1];
             after[i] = req[i] ? item + tail : "(" + item + ")?" + tail;
-            if (!req[i] && i + 1 < n) after[i] = new_rule(hint + "-after-" + std::to_string(i), after[i]);
+            if (!req[i] && i + 1 < n)
+                after[i] = new_rule(hint + "-after-" + std::to_string(i), after[i]);
             std::string with = kv[i] + tail;
             if (req[i]) {
                 first[i] = with;
             } else {
-                first[i] = first[i + 1].empty() ? "(" + with + ")?" : "(" + with + " | " + first[i + 1] + ")";
+                first[i] = first[i + 1].empty() ? "(" + with + ")?"
+                                                : "(" + with + " | " + first[i + 1] + ")";
             }
         }
         return new_rule(hint, "\"{\" " + first[0] + " \"}\"");
@@ -935,14 +1007,18 @@ class Converter {
         if (s.contains("uniqueItems") && s["uniqueItems"] != false)
             fail(where + "/uniqueItems", "keyword 'uniqueItems' is not supported");
         for (const char* k : {"contains", "minContains", "maxContains"})
-            if (s.contains(k)) fail(where + "/" + k, std::string("keyword '") + k + "' is not supported");
-        int64_t min_items = count(s, "minItems", 0, where), max_items = count(s, "maxItems", -1, where);
+            if (s.contains(k))
+                fail(where + "/" + k, std::string("keyword '") + k + "' is not supported");
+        int64_t min_items = count(s, "minItems", 0, where),
+                max_items = count(s, "maxItems", -1, where);
         if (max_items >= 0 && max_items < min_items) fail(where, "maxItems is below minItems");
         std::vector<std::string> prefix;
         if (s.contains("prefixItems")) {
-            if (!s["prefixItems"].is_array()) fail(where + "/prefixItems", "prefixItems must be an array");
+            if (!s["prefixItems"].is_array())
+                fail(where + "/prefixItems", "prefixItems must be an array");
             for (size_t i = 0; i < s["prefixItems"].size(); ++i)
-                prefix.push_back(visit(s["prefixItems"][i], where + "/prefixItems/" + std::to_string(i),
+                prefix.push_back(visit(s["prefixItems"][i],
+                                       where + "/prefixItems/" + std::to_string(i),
                                        hint + "-" + std::to_string(i)));
         }
         std::string item;
@@ -961,7 +1037,8 @@ class Converter {
         if (max_items >= 0 && max_items < k)
             fail(where + "/maxItems", "maxItems below the number of prefixItems is not supported");
         if (!more && min_items > k)
-            fail(where + "/minItems", "minItems above the number of prefixItems with no more items allowed");
+            fail(where + "/minItems",
+                 "minItems above the number of prefixItems with no more items allowed");
         use("sp");
         auto bound = [](int64_t lo, int64_t hi) {
             return "{" + std::to_string(lo) + "," + (hi < 0 ? "" : std::to_string(hi)) + "}";
@@ -977,32 +1054,43 @@ class Converter {
         } else if (max_items == 0) {
             body = "";
         } else if (min_items == 0) {
-            body = "(" + item + " (\",\" sp " + item + ")" + bound(0, max_items < 0 ? -1 : max_items - 1) + ")?";
+            body = "(" + item + " (\",\" sp " + item + ")" +
+                   bound(0, max_items < 0 ? -1 : max_items - 1) + ")?";
         } else {
-            body = item + " (\",\" sp " + item + ")" + bound(min_items - 1, max_items < 0 ? -1 : max_items - 1);
+            body = item + " (\",\" sp " + item + ")" +
+                   bound(min_items - 1, max_items < 0 ? -1 : max_items - 1);
         }
         return new_rule(hint, "\"[\" " + body + " \"]\"");
     }
 
     std::string visit_string(const json& s, const std::string& where) {
-        int64_t min_len = count(s, "minLength", 0, where), max_len = count(s, "maxLength", -1, where);
+        int64_t min_len = count(s, "minLength", 0, where),
+                max_len = count(s, "maxLength", -1, where);
         if (max_len >= 0 && max_len < min_len) fail(where, "maxLength is below minLength");
         bool has_len = s.contains("minLength") || s.contains("maxLength");
         if (s.contains("format")) {
             if (has_len || s.contains("pattern"))
-                fail(where + "/format", "format together with pattern or a length bound is not supported");
+                fail(where + "/format",
+                     "format together with pattern or a length bound is not supported");
             std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
             std::string body;
-            if (f == "date") body = use("date");
-            else if (f == "time") body = use("time");
-            else if (f == "date-time") body = use("date") + " \"T\" " + use("time");
-            else if (f == "uuid") body = use("uuid");
-            else fail(where + "/format", "format '" + f + "' is not supported (date, time, date-time, uuid are)");
+            if (f == "date")
+                body = use("date");
+            else if (f == "time")
+                body = use("time");
+            else if (f == "date-time")
+                body = use("date") + " \"T\" " + use("time");
+            else if (f == "uuid")
+                body = use("uuid");
+            else
+                fail(where + "/format",
+                     "format '" + f + "' is not supported (date, time, date-time, uuid are)");
             return "(\"\\\"\" " + body + " \"\\\"\")";
         }
         if (s.contains("pattern")) {
             if (has_len)
-                fail(where + "/pattern", "pattern together with minLength/maxLength is not supported");
+                fail(where + "/pattern",
+                     "pattern together with minLength/maxLength is not supported");
             if (!s["pattern"].is_string()) fail(where + "/pattern", "pattern must be a string");
             std::string re = s["pattern"].get<std::string>();
             std::string body = PatternConverter(re, where + "/pattern").convert(uses_);
@@ -1010,15 +1098,18 @@ class Converter {
         }
         if (!has_len) return use("string");
         use("char");
-        std::string rep = "{" + std::to_string(min_len) + "," + (max_len < 0 ? "" : std::to_string(max_len)) + "}";
+        std::string rep = "{" + std::to_string(min_len) + "," +
+                          (max_len < 0 ? "" : std::to_string(max_len)) + "}";
         return "(\"\\\"\" char" + rep + " \"\\\"\")";
     }
 
-    std::optional<int64_t> bound(const json& s, const char* key, bool upper, const std::string& where) {
+    std::optional<int64_t> bound(const json& s, const char* key, bool upper,
+                                 const std::string& where) {
         if (!s.contains(key)) return std::nullopt;
         if (!s[key].is_number()) fail(where + "/" + key, std::string(key) + " must be a number");
         double v = s[key].get<double>();
-        if (std::fabs(v) > 9e15) fail(where + "/" + key, std::string(key) + " beyond 9e15 is not supported");
+        if (std::fabs(v) > 9e15)
+            fail(where + "/" + key, std::string(key) + " beyond 9e15 is not supported");
         bool exclusive = std::string(key).rfind("exclusive", 0) == 0;
         double r = upper ? std::floor(v) : std::ceil(v);
         if (exclusive && r == v) r += upper ? -1 : 1;
@@ -1026,8 +1117,10 @@ class Converter {
     }
 
     std::string visit_integer(const json& s, const std::string& where) {
-        if (s.contains("multipleOf")) fail(where + "/multipleOf", "keyword 'multipleOf' is not supported");
-        auto lo = bound(s, "minimum", false, where), xlo = bound(s, "exclusiveMinimum", false, where);
+        if (s.contains("multipleOf"))
+            fail(where + "/multipleOf", "keyword 'multipleOf' is not supported");
+        auto lo = bound(s, "minimum", false, where),
+             xlo = bound(s, "exclusiveMinimum", false, where);
         auto hi = bound(s, "maximum", true, where), xhi = bound(s, "exclusiveMaximum", true, where);
         if (xlo && (!lo || *xlo > *lo)) lo = xlo;
         if (xhi && (!hi || *xhi < *hi)) hi = xhi;
@@ -1062,7 +1155,9 @@ class Converter {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const json& schema) { return Converter(schema).run(); }
+std::string json_schema_to_gbnf(const json& schema) {
+    return Converter(schema).run();
+}
 
 std::string json_schema_text_to_gbnf(std::string_view schema_text) {
     json schema;

@@ -19,10 +19,9 @@
 // readOnly, writeOnly) are accepted.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace minfer::structured {
 

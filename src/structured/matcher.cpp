@@ -240,7 +240,9 @@ std::array<StackSet, 256>& scratch_first_step() {
     return scratch;
 }
 
-bool has_empty(const StackSet& s) { return !s.empty() && s.front().empty(); }  // sorted: [] first
+bool has_empty(const StackSet& s) {
+    return !s.empty() && s.front().empty();
+}  // sorted: [] first
 
 }  // namespace
 
