@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libcpp-httplib-dev
-  python3 python3-numpy
+  python3 python3-numpy python3-jsonschema
 )
 if [ "${MINFER_SETUP_EXTRA:-}" != "" ]; then
   # shellcheck disable=SC2206

@@ -1,0 +1,63 @@
+// A grammar compiled for matching bytes: a pushdown automaton whose states
+// are the states of one DFA per rule.
+//
+// Each rule becomes an NFA (Thompson construction over UTF-8 bytes) in which
+// the rules that cannot reach themselves are inlined, so only recursion (and
+// rules too large to copy) remains as calls; each remaining rule's NFA is then
+// determinized over byte classes plus one symbol per callee. A parse position
+// is a stack of nodes (global DFA state ids): the top is where the current
+// rule is, the others are where their rules resume after the call returns.
+// Ambiguity across rules is kept as a set of stacks; inside a rule there is
+// none (the DFA). Left recursion is refused at compile time, so closing over
+// calls and returns always terminates.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "structured/grammar.h"
+
+namespace minfer::structured {
+
+struct CompiledGrammar {
+    struct Node {
+        int32_t rule = -1;
+        bool final = false;      // the rule may end here
+        bool has_bytes = false;  // some byte leads on
+        // (callee's start node, node this rule resumes at after the callee)
+        std::vector<std::pair<int32_t, int32_t>> calls;
+    };
+    std::array<uint8_t, 256> byte_class{};  // byte -> class
+    int32_t n_classes = 0;
+    std::vector<Node> nodes;
+    std::vector<int32_t> next;  // [n_nodes * n_classes] next node or -1
+    int32_t root_start = -1;
+    std::vector<std::string> rule_names;  // [rules of the source grammar]
+
+    int32_t step(int32_t node, uint8_t byte) const {
+        return next[size_t(node) * size_t(n_classes) + byte_class[byte]];
+    }
+};
+
+// Throws minfer::Error on left recursion or a rule that can never finish
+// (both naming the rule), or a grammar whose automaton exceeds the size limit.
+CompiledGrammar compile_grammar(const Grammar& g);
+
+// Parse positions. An empty stack is a finished parse (the root rule
+// returned). A set is kept sorted and without duplicates, and every non-empty
+// stack's top node has bytes to take (calls and returns are closed over).
+using Stack = std::vector<int32_t>;
+using StackSet = std::vector<Stack>;
+
+// The closed set of the positions the root rule starts in.
+StackSet initial_stacks(const CompiledGrammar& g);
+// Closes `s` over calls and returns and appends the results to `out` (not
+// normalized: call normalize_stacks after the last append).
+void close_stack(const CompiledGrammar& g, Stack s, StackSet& out);
+void normalize_stacks(StackSet& s);
+// The positions after `byte`; false (and `out` empty) when no stack takes it.
+bool advance_stacks(const CompiledGrammar& g, const StackSet& in, uint8_t byte, StackSet& out);
+
+}  // namespace minfer::structured

@@ -1,0 +1,370 @@
+#include "structured/matcher.h"
+
+#include <algorithm>
+#include <array>
+#include <numeric>
+
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace minfer::structured {
+
+// ---------------------------------------------------------------------------
+// Matcher
+
+Matcher::Matcher(std::shared_ptr<const CompiledGrammar> g, size_t max_rollback)
+    : g_(std::move(g)), stacks_(initial_stacks(*g_)), max_rollback_(max_rollback) {}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+    if (terminated_) return false;
+    StackSet cur = stacks_, nxt;
+    for (char c : bytes) {
+        if (!advance_stacks(*g_, cur, uint8_t(c), nxt)) return false;
+        std::swap(cur, nxt);
+    }
+    if (max_rollback_ > 0) {
+        if (history_.size() == max_rollback_) history_.erase(history_.begin());
+        history_.push_back(std::move(stacks_));
+    }
+    stacks_ = std::move(cur);
+    return true;
+}
+
+void Matcher::rollback(size_t n) {
+    MINFER_ASSERT_MSG(n <= history_.size(), "rollback beyond the kept history");
+    if (n == 0) return;
+    stacks_ = std::move(history_[history_.size() - n]);
+    history_.resize(history_.size() - n);
+    terminated_ = false;
+}
+
+bool Matcher::is_complete() const {
+    return std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return s.empty(); });
+}
+
+bool Matcher::can_continue() const {
+    return !terminated_ &&
+           std::any_of(stacks_.begin(), stacks_.end(), [](const Stack& s) { return !s.empty(); });
+}
+
+namespace {
+
+constexpr char kStateMagic[4] = {'M', 'S', 'M', '1'};
+
+void put_u32(std::string& out, uint32_t v) {
+    for (int i = 0; i < 4; ++i) out += char((v >> (8 * i)) & 0xFF);
+}
+
+struct Reader {
+    std::string_view d;
+    size_t pos = 0;
+    uint32_t u32() {
+        if (pos + 4 > d.size()) throw Error("grammar state: data ends early");
+        uint32_t v = 0;
+        for (int i = 0; i < 4; ++i) v |= uint32_t(uint8_t(d[pos + size_t(i)])) << (8 * i);
+        pos += 4;
+        return v;
+    }
+};
+
+}  // namespace
+
+std::string Matcher::serialize() const {
+    std::string out(kStateMagic, 4);
+    out += char(terminated_ ? 1 : 0);
+    put_u32(out, uint32_t(stacks_.size()));
+    for (const Stack& s : stacks_) {
+        put_u32(out, uint32_t(s.size()));
+        for (int32_t n : s) put_u32(out, uint32_t(n));
+    }
+    return out;
+}
+
+Matcher Matcher::deserialize(std::shared_ptr<const CompiledGrammar> g, std::string_view data,
+                             size_t max_rollback) {
+    if (data.size() < 5 || data.substr(0, 4) != std::string_view(kStateMagic, 4))
+        throw Error("grammar state: not a serialized matcher state (bad magic)");
+    Matcher m(g, max_rollback);
+    m.terminated_ = data[4] != 0;
+    Reader r{data, 5};
+    uint32_t n_stacks = r.u32();
+    if (n_stacks > data.size()) throw Error("grammar state: stack count out of range");
+    StackSet stacks;
+    for (uint32_t i = 0; i < n_stacks; ++i) {
+        uint32_t depth = r.u32();
+        if (depth > data.size()) throw Error("grammar state: stack depth out of range");
+        Stack s;
+        for (uint32_t k = 0; k < depth; ++k) {
+            uint32_t n = r.u32();
+            if (n >= g->nodes.size())
+                throw Error("grammar state: node " + std::to_string(n) +
+                            " is not a node of this grammar");
+            s.push_back(int32_t(n));
+        }
+        if (!s.empty() && !g->nodes[s.back()].has_bytes)
+            throw Error("grammar state: a stack's top node takes no byte");
+        stacks.push_back(std::move(s));
+    }
+    if (r.pos != data.size()) throw Error("grammar state: trailing bytes");
+    normalize_stacks(stacks);
+    m.stacks_ = std::move(stacks);
+    return m;
+}
+
+// ---------------------------------------------------------------------------
+// TokenVocab
+
+TokenVocab TokenVocab::from_bytes(std::vector<std::string> bytes, std::vector<bool> special,
+                                  std::vector<int32_t> eog_ids) {
+    TokenVocab v;
+    v.bytes = std::move(bytes);
+    v.special = special.empty() ? std::vector<bool>(v.bytes.size(), false) : std::move(special);
+    if (v.special.size() != v.bytes.size())
+        throw Error("token vocabulary: " + std::to_string(v.special.size()) +
+                    " special flags for " + std::to_string(v.bytes.size()) + " tokens");
+    for (int32_t id : eog_ids)
+        if (id < 0 || id >= v.n_vocab())
+            throw Error("token vocabulary: end-of-generation id " + std::to_string(id) +
+                        " out of range");
+    v.eog_ids = std::move(eog_ids);
+    for (int32_t id = 0; id < v.n_vocab(); ++id) {
+        bool eog = std::find(v.eog_ids.begin(), v.eog_ids.end(), id) != v.eog_ids.end();
+        if (!v.special[id] && !eog && !v.bytes[id].empty()) v.sorted_ids.push_back(id);
+    }
+    std::sort(v.sorted_ids.begin(), v.sorted_ids.end(),
+              [&](int32_t a, int32_t b) { return v.bytes[a] < v.bytes[b]; });
+    v.shared_prefix.resize(v.sorted_ids.size(), 0);
+    for (size_t i = 0; i < v.sorted_ids.size(); ++i) {
+        const std::string& t = v.bytes[v.sorted_ids[i]];
+        v.max_len = std::max(v.max_len, t.size());
+        if (i == 0) continue;
+        const std::string& p = v.bytes[v.sorted_ids[i - 1]];
+        size_t k = 0;
+        while (k < t.size() && k < p.size() && t[k] == p[k]) ++k;
+        v.shared_prefix[i] = uint32_t(k);
+    }
+    return v;
+}
+
+TokenVocab TokenVocab::from_tokenizer(const tokenizer::Tokenizer& tok) {
+    std::vector<std::string> bytes(size_t(tok.n_vocab()));
+    std::vector<bool> special(bytes.size(), false);
+    const uint32_t kNever =
+        tokenizer::kAttrControl | tokenizer::kAttrUnknown | tokenizer::kAttrUnused;
+    for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+        special[id] = (tok.token_attr(id) & kNever) != 0;
+        if (!special[id]) bytes[id] = tok.token_to_piece(id, false);
+    }
+    return from_bytes(std::move(bytes), std::move(special), tok.eog_ids());
+}
+
+size_t TokenBitset::count() const {
+    size_t n = 0;
+    for (uint64_t w : words) n += size_t(__builtin_popcountll(w));
+    return n;
+}
+
+// ---------------------------------------------------------------------------
+// TokenMasker
+
+struct TokenMasker::NodeMask {
+    // Accepted whatever lies below the node on the stack: a bitset when many,
+    // else a list (most structural positions allow a handful of tokens).
+    std::vector<uint64_t> accepted_bits;
+    std::vector<int32_t> accepted_ids;
+    // Tokens the node's rule may finish inside: at each of their pop offsets
+    // the rest of the token must be taken by the stack below.
+    std::vector<int32_t> uncertain_ids;
+    std::vector<uint32_t> uncertain_begin;  // [uncertain + 1] into pop_offsets
+    std::vector<uint16_t> pop_offsets;
+};
+
+TokenMasker::TokenMasker(std::shared_ptr<const CompiledGrammar> g,
+                         std::shared_ptr<const TokenVocab> vocab)
+    : g_(std::move(g)), vocab_(std::move(vocab)) {
+    if (vocab_->max_len > 65535)
+        throw Error("token vocabulary: a token is longer than 65535 bytes");
+    cache_ = std::make_unique<std::atomic<const NodeMask*>[]>(g_->nodes.size());
+    for (size_t i = 0; i < g_->nodes.size(); ++i) cache_[i].store(nullptr);
+}
+
+TokenMasker::~TokenMasker() = default;
+
+const TokenMasker::NodeMask& TokenMasker::node_mask(int32_t node) const {
+    const NodeMask* m = cache_[node].load(std::memory_order_acquire);
+    if (m) return *m;
+    auto built = build_node_mask(node);
+    std::lock_guard<std::mutex> lock(mu_);
+    m = cache_[node].load(std::memory_order_acquire);
+    if (m) return *m;  // another thread built it first
+    owned_.push_back(std::move(built));
+    cache_[node].store(owned_.back().get(), std::memory_order_release);
+    return *owned_.back();
+}
+
+void TokenMasker::warm_all() const {
+    for (size_t n = 0; n < g_->nodes.size(); ++n)
+        if (g_->nodes[n].has_bytes) node_mask(int32_t(n));
+}
+
+size_t TokenMasker::n_cached_nodes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return owned_.size();
+}
+
+namespace {
+
+// advance_stacks, reusing `out`'s storage for the common single-stack step.
+bool step_into(const CompiledGrammar& g, const StackSet& in, uint8_t byte, StackSet& out) {
+    if (in.size() == 1 && !in[0].empty()) {
+        int32_t to = g.step(in[0].back(), byte);
+        if (to < 0) {
+            out.clear();
+            return false;
+        }
+        const auto& node = g.nodes[to];
+        if (node.calls.empty() && !node.final) {
+            out.resize(1);
+            out[0].assign(in[0].begin(), in[0].end());
+            out[0].back() = to;
+            return true;
+        }
+    }
+    return advance_stacks(g, in, byte, out);
+}
+
+// Per-thread scratch for compute_mask's shared first steps (256 stack sets
+// whose storage is reused from call to call).
+std::array<StackSet, 256>& scratch_first_step() {
+    thread_local std::array<StackSet, 256> scratch;
+    return scratch;
+}
+
+bool has_empty(const StackSet& s) {
+    return !s.empty() && s.front().empty();
+}  // sorted: [] first
+
+}  // namespace
+
+std::unique_ptr<TokenMasker::NodeMask> TokenMasker::build_node_mask(int32_t node) const {
+    const TokenVocab& v = *vocab_;
+    auto nm = std::make_unique<NodeMask>();
+    std::vector<int32_t> accepted;
+    // level[d]: the positions after the first d bytes of the current token,
+    // starting from the node alone (its rule at the bottom: an empty stack
+    // means that rule returned). Levels 0..valid hold for the current prefix.
+    std::vector<StackSet> level(v.max_len + 1);
+    std::vector<bool> popped(v.max_len + 1, false);
+    level[0] = {Stack{node}};
+    size_t valid = 0;
+    std::vector<uint16_t> offsets;
+    for (size_t i = 0; i < v.sorted_ids.size(); ++i) {
+        const int32_t id = v.sorted_ids[i];
+        const std::string& t = v.bytes[id];
+        size_t d = v.shared_prefix[i];
+        if (d > valid) {
+            d = valid;  // the first valid + 1 bytes are the prefix that died
+        } else {
+            valid = d;
+            while (d < t.size()) {
+                StackSet& next = level[d + 1];
+                if (!step_into(*g_, level[d], uint8_t(t[d]), next)) break;
+                popped[d + 1] = has_empty(next);
+                ++d;
+            }
+            valid = d;
+            if (d == t.size()) {
+                accepted.push_back(id);
+                continue;
+            }
+        }
+        offsets.clear();
+        for (size_t k = 1; k <= d; ++k)
+            if (popped[k]) offsets.push_back(uint16_t(k));
+        if (offsets.empty()) continue;
+        nm->uncertain_ids.push_back(id);
+        nm->uncertain_begin.push_back(uint32_t(nm->pop_offsets.size()));
+        nm->pop_offsets.insert(nm->pop_offsets.end(), offsets.begin(), offsets.end());
+    }
+    nm->uncertain_begin.push_back(uint32_t(nm->pop_offsets.size()));
+    if (accepted.size() * 32 > size_t(v.n_vocab())) {
+        TokenBitset bits;
+        bits.resize(v.n_vocab());
+        for (int32_t id : accepted) bits.set(id);
+        nm->accepted_bits = std::move(bits.words);
+    } else {
+        nm->accepted_ids = std::move(accepted);
+    }
+    return nm;
+}
+
+void TokenMasker::compute_mask(const Matcher& m, TokenBitset& out) const {
+    const TokenVocab& v = *vocab_;
+    out.resize(v.n_vocab());
+    if (m.is_terminated()) return;
+    StackSet below, cur, nxt;
+    for (const Stack& s : m.stacks()) {
+        if (s.empty()) continue;
+        const NodeMask& nm = node_mask(s.back());
+        if (!nm.accepted_bits.empty()) {
+            for (size_t w = 0; w < out.words.size(); ++w) out.words[w] |= nm.accepted_bits[w];
+        } else {
+            for (int32_t id : nm.accepted_ids) out.set(id);
+        }
+        if (nm.uncertain_ids.empty() || s.size() == 1) continue;  // the root ends: nothing follows
+        below.clear();
+        close_stack(*g_, Stack(s.begin(), s.end() - 1), below);
+        normalize_stacks(below);
+        // The bytes the stack below can take first: most context-dependent
+        // tokens go on with a byte it refuses, found without a walk.
+        // Each first byte's step from below is taken once and shared (it
+        // usually returns from rules: a closure worth not repeating).
+        std::array<bool, 256> first_ok{};
+        for (const Stack& b : below)
+            if (!b.empty())
+                for (int byte = 0; byte < 256; ++byte)
+                    if (g_->step(b.back(), uint8_t(byte)) >= 0) first_ok[byte] = true;
+        std::array<int8_t, 256> first_done{};
+        std::array<StackSet, 256>& first_step = scratch_first_step();
+        for (size_t u = 0; u < nm.uncertain_ids.size(); ++u) {
+            const int32_t id = nm.uncertain_ids[u];
+            if (out.test(id)) continue;
+            const std::string& t = v.bytes[id];
+            for (uint32_t k = nm.uncertain_begin[u]; k < nm.uncertain_begin[u + 1]; ++k) {
+                const uint8_t first = uint8_t(t[nm.pop_offsets[k]]);
+                if (!first_ok[first]) continue;
+                if (!first_done[first]) {
+                    first_done[first] = 1;
+                    advance_stacks(*g_, below, first, first_step[first]);
+                }
+                bool ok = !first_step[first].empty();
+                const StackSet* from = &first_step[first];
+                for (size_t b = nm.pop_offsets[k] + 1; b < t.size() && ok; ++b) {
+                    ok = step_into(*g_, *from, uint8_t(t[b]), nxt);
+                    std::swap(cur, nxt);
+                    from = &cur;
+                }
+                if (ok) {
+                    out.set(id);
+                    break;
+                }
+            }
+        }
+    }
+    if (m.is_complete())
+        for (int32_t id : v.eog_ids) out.set(id);
+}
+
+bool TokenMasker::accept_token(Matcher& m, int32_t id) const {
+    const TokenVocab& v = *vocab_;
+    if (id < 0 || id >= v.n_vocab() || m.is_terminated()) return false;
+    if (std::find(v.eog_ids.begin(), v.eog_ids.end(), id) != v.eog_ids.end()) {
+        if (!m.is_complete()) return false;
+        m.terminate();
+        return true;
+    }
+    if (v.special[id] || v.bytes[id].empty()) return false;
+    return m.accept_bytes(v.bytes[id]);
+}
+
+}  // namespace minfer::structured

@@ -1,0 +1,139 @@
+// Per-sequence grammar state over bytes, and the allowed-token mask over a
+// vocabulary.
+//
+// Matcher: where one output stands in the grammar (a set of stacks, see
+// compiled.h). It takes bytes, says whether the output so far is a complete
+// sentence (so end-of-generation may be allowed only then), is a value that
+// copies, rolls back a bounded number of accepted chunks, and serializes (a
+// preempted sequence resumes from the bytes).
+//
+// TokenMasker: one per (grammar, vocabulary), shared by the sequences using
+// that grammar. compute_mask fills the bitset of tokens whose whole byte
+// string the matcher accepts. Per DFA node it caches, on first use, which
+// tokens are accepted whatever the rules around the node are (the node's
+// rule does not end inside the token) and which depend on them (the rule may
+// end inside the token: the rest is checked against the actual stack below);
+// the rest are rejected. A mask is then the OR of cached bitsets plus a walk
+// of the few context-dependent tokens. compute_mask and accept_token are
+// safe to call from several threads at once (the cache is filled under a lock,
+// read without one).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "structured/compiled.h"
+
+namespace minfer::tokenizer {
+class Tokenizer;
+}
+
+namespace minfer::structured {
+
+class Matcher {
+  public:
+    // max_rollback: how many accepted chunks (tokens) rollback() can undo.
+    explicit Matcher(std::shared_ptr<const CompiledGrammar> g, size_t max_rollback = 8);
+
+    // Takes the bytes if the grammar allows all of them (one chunk for
+    // rollback), else leaves the state as it was and returns false.
+    bool accept_bytes(std::string_view bytes);
+    // Undoes the last n accepted chunks (n <= n_rollback()).
+    void rollback(size_t n);
+    size_t n_rollback() const { return history_.size(); }
+
+    // The output so far is a sentence of the grammar: it may end here.
+    bool is_complete() const;
+    // Some byte may still follow.
+    bool can_continue() const;
+    // After end of generation was accepted: nothing more is.
+    bool is_terminated() const { return terminated_; }
+    void terminate() { terminated_ = true; }
+
+    const StackSet& stacks() const { return stacks_; }
+    const CompiledGrammar& grammar() const { return *g_; }
+    const std::shared_ptr<const CompiledGrammar>& grammar_ptr() const { return g_; }
+
+    // The position as bytes (no rollback history); deserialize checks every
+    // node id and stack and throws minfer::Error on data that is not a state
+    // of this grammar.
+    std::string serialize() const;
+    static Matcher deserialize(std::shared_ptr<const CompiledGrammar> g, std::string_view data,
+                               size_t max_rollback = 8);
+
+  private:
+    std::shared_ptr<const CompiledGrammar> g_;
+    StackSet stacks_;
+    std::vector<StackSet> history_;
+    size_t max_rollback_;
+    bool terminated_ = false;
+};
+
+// A vocabulary as byte strings, sorted for the walks that share prefixes.
+struct TokenVocab {
+    std::vector<std::string> bytes;  // [n_vocab] raw bytes of each token
+    std::vector<bool> special;       // [n_vocab] never allowed by a grammar
+    std::vector<int32_t> eog_ids;    // allowed exactly when the output is complete
+    // The non-special, non-empty tokens in byte order, and for each the length
+    // of the prefix it shares with the one before.
+    std::vector<int32_t> sorted_ids;
+    std::vector<uint32_t> shared_prefix;
+    size_t max_len = 0;
+
+    int32_t n_vocab() const { return int32_t(bytes.size()); }
+
+    // Builds the sorted order; `special` empty = none.
+    static TokenVocab from_bytes(std::vector<std::string> bytes, std::vector<bool> special,
+                                 std::vector<int32_t> eog_ids);
+    // Token bytes as the detokenizer renders them; control, unknown and unused
+    // tokens (<|im_end|>, ...) are special. User-defined tokens (<think>,
+    // <tool_call>) are their text: the grammar allows them where it allows
+    // those bytes.
+    static TokenVocab from_tokenizer(const tokenizer::Tokenizer& tok);
+};
+
+// A bitset over the vocabulary: bit i of word i / 64.
+struct TokenBitset {
+    std::vector<uint64_t> words;
+    void resize(int32_t n_vocab) { words.assign((size_t(n_vocab) + 63) / 64, 0); }
+    void clear() { std::fill(words.begin(), words.end(), 0); }
+    void set(int32_t i) { words[size_t(i) >> 6] |= uint64_t(1) << (i & 63); }
+    bool test(int32_t i) const { return (words[size_t(i) >> 6] >> (i & 63)) & 1; }
+    size_t count() const;
+};
+
+class TokenMasker {
+  public:
+    TokenMasker(std::shared_ptr<const CompiledGrammar> g, std::shared_ptr<const TokenVocab> vocab);
+    ~TokenMasker();
+
+    // Sets exactly the tokens the matcher accepts next (EOG ids when complete).
+    void compute_mask(const Matcher& m, TokenBitset& out) const;
+    // Takes the token's bytes (or end of generation when complete); false and
+    // no change when the grammar does not allow it.
+    bool accept_token(Matcher& m, int32_t id) const;
+
+    // Fills the cache for every node (what first use would do, all at once).
+    void warm_all() const;
+    size_t n_cached_nodes() const;
+
+    const TokenVocab& vocab() const { return *vocab_; }
+
+  private:
+    struct NodeMask;
+    const NodeMask& node_mask(int32_t node) const;
+    std::unique_ptr<NodeMask> build_node_mask(int32_t node) const;
+
+    std::shared_ptr<const CompiledGrammar> g_;
+    std::shared_ptr<const TokenVocab> vocab_;
+    std::unique_ptr<std::atomic<const NodeMask*>[]> cache_;  // [n_nodes]
+    mutable std::mutex mu_;
+    mutable std::vector<std::unique_ptr<NodeMask>> owned_;
+};
+
+}  // namespace minfer::structured
