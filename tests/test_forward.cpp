@@ -8,6 +8,7 @@
 #include "isa_levels.h"
 #include "model/model.h"
 #include "reference_forward.h"
+#include "session_steps.h"
 #include "runtime/session.h"
 #include "tiny_model.h"
 #include "util/error.h"
@@ -126,16 +127,9 @@ TEST(Forward, InterleavedWeightsMatchReferenceInPromptAndDecode) {
             ASSERT_GT(l->model.interleave_weights(), 0u);
             const double tol = c.k_quant ? 3e-2 : 2e-2;
             EXPECT_LT(max_rel_diff(run(l->model, {}, kPrompt), ref, l->model.hp.n_vocab), tol);
-            runtime::SessionOptions o;
-            o.n_ctx = 64;
-            o.n_threads = 2;
-            runtime::Session sess(l->model, o);
-            std::vector<float> steps;
-            for (int32_t id : kPrompt) {
-                const std::vector<float> row = sess.eval(std::vector<int32_t>{id});
-                steps.insert(steps.end(), row.begin(), row.end());
-            }
-            EXPECT_LT(max_rel_diff(steps, ref, l->model.hp.n_vocab), tol);
+            EXPECT_LT(max_rel_diff(minfer::testing::logits_token_by_token(l->model, kPrompt), ref,
+                                   l->model.hp.n_vocab),
+                      tol);
         }
     });
 }

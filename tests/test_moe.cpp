@@ -23,6 +23,7 @@
 #include "isa_levels.h"
 #include "model/model.h"
 #include "reference_forward.h"
+#include "session_steps.h"
 #include "runtime/engine.h"
 #include "runtime/engine_impl.h"
 #include "runtime/sampler.h"
@@ -354,16 +355,9 @@ TEST(Moe, ForwardMatchesDoublePrecisionReference) {
             // (GEMM) and token by token (the 16-row decode kernels)
             ASSERT_GT(l->model.interleave_weights(), 0u);
             EXPECT_LT(max_rel_diff(run(l->model, kPrompt), ref, l->model.hp.n_vocab), c.tol);
-            runtime::SessionOptions o;
-            o.n_ctx = 64;
-            o.n_threads = 2;
-            runtime::Session sess(l->model, o);
-            std::vector<float> steps;
-            for (int32_t id : kPrompt) {
-                const std::vector<float> r = sess.eval(std::vector<int32_t>{id});
-                steps.insert(steps.end(), r.begin(), r.end());
-            }
-            EXPECT_LT(max_rel_diff(steps, ref, l->model.hp.n_vocab), c.tol);
+            EXPECT_LT(max_rel_diff(minfer::testing::logits_token_by_token(l->model, kPrompt), ref,
+                                   l->model.hp.n_vocab),
+                      c.tol);
         }
     });
 }
