@@ -23,6 +23,7 @@
 #include "graph/fuse.h"
 #include "model/model.h"
 #include "runtime/sampler.h"
+#include "structured/constraint.h"
 #include "tensor/dtype.h"
 
 namespace minfer::runtime {
@@ -60,6 +61,10 @@ struct GenParams {
     bool ignore_eos = false;
     int32_t n_samples = 1;      // parallel samples forked from one prompt (share its pages)
     int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: the chosen token's and the top N
+    // Structured output: each sample's tokens are masked to those that keep
+    // its output a prefix of a sentence of this grammar, and end of
+    // generation is allowed only where the output is complete. null: none.
+    std::shared_ptr<const structured::Constraint> constraint;
 };
 
 struct TokenEvent {
