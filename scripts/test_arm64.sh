@@ -49,6 +49,10 @@ deps="$out/_deps"
 toolchain="$root/cmake/aarch64-linux-gnu.cmake"
 jobs=$(nproc)
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
+# A reserved guest address space (64 GiB): without it qemu-user 7.2 searched
+# the host's for each new mapping, and the Serve fixture's first thread stack
+# (after the model's mappings) took minutes of CPU to place, no syscall made.
+export QEMU_RESERVED_VA=0x1000000000
 mkdir -p "$out"
 
 # 2. GoogleTest for arm64, built with the cross compiler from the source
