@@ -7,12 +7,14 @@
 #   FUZZ_SECONDS   seconds per target (default 60)
 #   FUZZ_TARGETS   which targets (default: gguf tokenizer chat_template args alloc)
 #   FUZZ_JOBS      build parallelism (default 2)
+#   FUZZ_PARALLEL  targets fuzzed at once (default: the number of cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 seconds=${FUZZ_SECONDS:-60}
 targets=${FUZZ_TARGETS:-gguf tokenizer chat_template args alloc}
 jobs=${FUZZ_JOBS:-2}
+parallel=${FUZZ_PARALLEL:-$(nproc)}
 
 # Debian 12: clang 14 and its runtime libraries (libFuzzer lives in
 # libclang-rt-14-dev).
@@ -41,9 +43,9 @@ mkdir -p "$out/artifacts" "$out/corpus"
 status=0
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-for t in $targets; do
+run_target() {  # TARGET: one bounded run; non-zero on a finding
+    local t=$1 log="$out/fuzz_$1.log"
     mkdir -p "$out/corpus/$t"
-    log="$out/fuzz_$t.log"
     echo "== fuzz: $t for ${seconds}s" >&2
     # The corpus dir comes first: new inputs are saved there and the next
     # run starts from them; the generated seeds are read too.
@@ -53,11 +55,23 @@ for t in $targets; do
         >"$log" 2>&1; then
         echo "fuzz: $t FAILED (see $log and $out/artifacts/)" >&2
         grep -E "ERROR|SUMMARY|fuzz check failed|Test unit written" "$log" >&2 || tail -30 "$log" >&2
-        status=1
-        continue
+        return 1
     fi
+    local runs cov
     runs=$(grep -E "^stat::number_of_executed_units" "$log" | awk '{print $2}')
     cov=$(grep -E "^#[0-9]+.*DONE" "$log" | tail -1 | sed -E 's/.*cov: ([0-9]+).*/\1/')
     echo "fuzz: $t ok: ${runs:-?} executions in ${seconds}s, coverage ${cov:-?} edges, corpus $(ls "$out/corpus/$t" | wc -l) files" >&2
+}
+# Each libFuzzer run is one process on one core: FUZZ_PARALLEL targets run at
+# once (every run takes its FUZZ_SECONDS, so the oldest is waited for first).
+pids=()
+for t in $targets; do
+    if [ ${#pids[@]} -ge "$parallel" ]; then
+        wait "${pids[0]}" || status=1
+        pids=("${pids[@]:1}")
+    fi
+    run_target "$t" &
+    pids+=($!)
 done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
 exit $status

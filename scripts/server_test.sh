@@ -44,7 +44,7 @@ start_server() {
     pids+=($!)
     local pid=$!
     for _ in $(seq 1 200); do
-        port=$(sed -n 's/^minfer: serving .* on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$work/$name.log")
+        port=$(sed -n 's/^minfer: serving .* on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$work/$name.log" 2>/dev/null || true)
         [[ -n "$port" ]] && return 0
         kill -0 "$pid" 2>/dev/null || { cat "$work/$name.log"; echo "server test: $name did not start"; exit 1; }
         sleep 0.05

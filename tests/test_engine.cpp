@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -815,6 +816,8 @@ TEST(Engine, EachSequenceSamplesWithItsOwnSeedAndHistory) {
 // Hundreds of sequences of random lengths, forks, cancels, and a cache so
 // small that sequences get preempted: the pages add up after every step,
 // and every logits row is bitwise the row of the sequence alone.
+// MINFER_RANDOMIZED_REQUESTS sets how many (default 300): under emulation
+// (scripts/test_arm64.sh) a shorter run of the same mix.
 TEST(Engine, RandomizedAgainstAlone) {
     const model::Model& m = tiny();
     std::mt19937 rng(11);
@@ -833,7 +836,9 @@ TEST(Engine, RandomizedAgainstAlone) {
     std::vector<std::vector<int32_t>> bases;  // shared prefixes
     for (int i = 0; i < 4; ++i) bases.push_back(random_tokens(rng, 40 + 30 * i, n_vocab));
     int submitted = 0, steps = 0;
-    const int n_total = 300;
+    const char* n_env = std::getenv("MINFER_RANDOMIZED_REQUESTS");
+    const int n_total = n_env ? std::atoi(n_env) : 300;
+    ASSERT_GE(n_total, 50) << "MINFER_RANDOMIZED_REQUESTS: too few requests to preempt and share";
     while (submitted < n_total || !e.idle()) {
         // Admit a few new requests per step.
         for (int k = std::uniform_int_distribution<int>(0, 3)(rng); k > 0 && submitted < n_total;

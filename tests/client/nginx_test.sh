@@ -8,10 +8,14 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="$1"; model="$2"; work="$3/nginx"
 mkdir -p "$work"
-if ! command -v nginx >/dev/null && [[ ! -x /usr/sbin/nginx ]]; then
-    echo "nginx test: installing Debian's nginx"
+# nginx, and iproute2's ss (the unbuffered check reads the kernel's byte counts).
+missing=()
+command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || missing+=(nginx)
+command -v ss >/dev/null || [[ -x /usr/bin/ss ]] || missing+=(iproute2)
+if [[ ${#missing[@]} -gt 0 ]]; then
+    echo "nginx test: installing Debian's ${missing[*]}"
     sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nginx >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 
@@ -27,7 +31,7 @@ start_replica() {  # NAME -> sets $port
     "$bin" serve -m "$model" --port 0 -t 1 -c 2048 -np 2 --alias "$1" >"$work/$1.log" 2>&1 &
     pids+=($!)
     for _ in $(seq 1 200); do
-        port=$(sed -n 's/^minfer: serving .* on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$work/$1.log")
+        port=$(sed -n 's/^minfer: serving .* on http:\/\/127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$work/$1.log" 2>/dev/null || true)
         [[ -n "$port" ]] && return 0
         sleep 0.05
     done
@@ -44,30 +48,44 @@ sed -e "s|@WORK@|$work|g" -e "s|@PORT@|$front|g" -e "s|@REPLICA_A@|$port_a|g" -e
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$front/health" >/dev/null && break; sleep 0.05; done
 
 python3 - "$front" "$pid_a" "$port_a" <<'EOF'
-import http.client, json, os, signal, socket, sys, time
+import http.client, json, os, re, signal, subprocess, sys, threading, time, zlib
 front, pid_a, port_a = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 
-def stream_reads(port, key):
-    """A 1000-token stream read from a raw socket: the number of events and
-    the number of socket reads that brought at least one event's end. A
-    proxy that buffers delivers a stream in a few buffer-sized pieces; one
-    that passes events through delivers them about as they are made."""
-    body = json.dumps({"messages": [{"role": "user", "content": "And God said"}], "max_tokens": 1000,
-                       "temperature": 0, "ignore_eos": True, "stream": True}).encode()
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as sk:
-        sk.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                   b"X-Client-Key: " + key.encode() + b"\r\nContent-Type: application/json\r\n"
-                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        got, reads = b"", 0
-        while True:
-            chunk = sk.recv(65536)
-            if not chunk:
-                break
-            ends = (got + chunk).count(b"\n\n") - got.count(b"\n\n")
-            reads += ends > 0
-            got += chunk
-    assert b"data: [DONE]" in got, got[-200:]
-    return got.count(b"data: "), reads
+def stream_through(port, key, received, errors):
+    """A 1000-token stream at temperature 0 through `port`; received[0] is the
+    number of body bytes read so far (chunked framing and gzip removed)."""
+    try:
+        body = json.dumps({"messages": [{"role": "user", "content": "And God said"}], "max_tokens": 1000,
+                           "temperature": 0, "ignore_eos": True, "stream": True})
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        # Accept-Encoding as browsers send it: a proxy that compresses must
+        # not hold events back either.
+        c.request("POST", "/v1/chat/completions", body,
+                  {"Content-Type": "application/json", "X-Client-Key": key, "Accept-Encoding": "gzip"})
+        r = c.getresponse()
+        assert r.status == 200, r.status
+        gz = zlib.decompressobj(wbits=31) if r.getheader("Content-Encoding") == "gzip" else None
+        data = b""
+        while chunk := r.read1(65536):
+            data += gz.decompress(chunk) if gz else chunk
+            received[0] = len(data)
+        assert data.rstrip().endswith(b"data: [DONE]"), data[-200:]
+    except Exception as e:  # noqa: BLE001 (reported by the caller)
+        errors.append(repr(e))
+
+def nginx_received_from(port):
+    """Bytes that nginx's connections to `port` have received so far, per
+    connection (the kernel's tcp_info bytes_received, through iproute2's ss)."""
+    out = subprocess.run(["ss", "-tinpH", f"dport = :{port}"], capture_output=True, text=True, check=True).stdout
+    got, conn = {}, None
+    for line in out.splitlines():
+        if line and not line[0].isspace():
+            conn = tuple(line.split()[3:5]) if '"nginx"' in line else None
+            if conn:
+                got[conn] = 0
+        elif conn and (m := re.search(r"bytes_received:(\d+)", line)):
+            got[conn] = int(m.group(1))
+    return got
 
 def ask(key, stream=False):
     c = http.client.HTTPConnection("127.0.0.1", front, timeout=60)
@@ -90,17 +108,63 @@ for k in keys:                       # sticky: again, and streamed, the same rep
     assert ask(k) == where[k], (k, where[k])
     assert ask(k, stream=True) == where[k], k
 assert set(where.values()) == {"replica-a", "replica-b"}, f"all keys on one replica: {where}"
-# Unbuffered: a stream through nginx arrives in about as many pieces as
-# straight from the replica (the same request, its key on replica a).
+# Unbuffered: a stream through nginx from replica a (its key). Once the
+# replica has generated 20 of its tokens it is paused (SIGSTOP): what nginx
+# had received from it by then (the kernel counts it per connection) must
+# reach the client while the stream is still open. A proxy that buffers holds
+# it until its buffer fills or the stream ends. (Counting reads or timing
+# events cannot tell on a busy machine: nginx runs seldom and sends many
+# events a write, buffering or not, and the tiny model's 1000 tokens take
+# well under a second.)
 key_a = next(k for k in keys if where[k] == "replica-a")
-events, direct = stream_reads(port_a, key_a)
-_, proxied = stream_reads(front, key_a)
-# (The server sends what is new each time its stream wakes: on a busy
-# machine several tokens share an event, hence a modest floor.)
-assert direct >= 20, f"the replica itself sent {events} events in only {direct} reads"
-assert proxied >= direct // 2, \
-    f"nginx buffered the stream: {events} events in {proxied} reads (straight from the replica: {direct})"
-print(f"nginx test: a {events}-event stream arrived in {proxied} reads through nginx, {direct} direct")
+metrics = http.client.HTTPConnection("127.0.0.1", port_a, timeout=10)
+def generated():                     # replica a's engine: tokens generated since it started
+    metrics.request("GET", "/metrics")
+    text = metrics.getresponse().read().decode()
+    return float(re.search(r"^minfer_generated_tokens_total (\S+)", text, re.M).group(1))
+def paused_stream():
+    """(bytes nginx had received when the replica paused, in all; bytes the
+    client had by then, in all)."""
+    before = nginx_received_from(port_a)
+    seen = dict(before)              # a connection that closes keeps its count
+    def nginx_received():
+        seen.update(nginx_received_from(port_a))
+        return sum(n - before.get(conn, 0) for conn, n in seen.items())
+    g0 = generated()
+    received, errors = [0], []
+    reader = threading.Thread(target=stream_through, args=(front, key_a, received, errors))
+    reader.start()
+    deadline = time.monotonic() + 60
+    while generated() - g0 < 20 and reader.is_alive() and time.monotonic() < deadline:
+        pass
+    os.kill(pid_a, signal.SIGSTOP)
+    try:
+        time.sleep(0.2)              # what the replica wrote lands in nginx's socket
+        upstream = nginx_received()  # headers, chunk sizes and events
+        deadline = time.monotonic() + 5
+        while received[0] < upstream * 0.9 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        got = received[0]
+    finally:
+        os.kill(pid_a, signal.SIGCONT)
+    reader.join()
+    assert not errors, errors
+    return upstream, nginx_received(), got, received[0]
+# A try in which the stream ended before the pause (a busy machine) tells
+# nothing: up to three.
+for attempt in range(3):
+    upstream, upstream_total, got, total = paused_stream()
+    if 2048 <= upstream <= upstream_total - 4096:
+        break
+    print(f"nginx test: the replica was not paused mid-stream (nginx had {upstream} of {upstream_total} bytes): again")
+else:
+    raise AssertionError("the replica could not be paused mid-stream in three tries")
+# The floor leaves room for the chunk framing the replica sends and the
+# last event's bytes in flight.
+assert got >= upstream // 2, \
+    f"nginx buffered the stream: {got} of the {upstream} bytes it had received reached the client while the replica was paused"
+print(f"nginx test: replica paused when nginx had {upstream} of {upstream_total} bytes; {got} bytes of events "
+      f"had reached the client ({total} in all)")
 on_a = [k for k in keys if where[k] == "replica-a"]
 os.kill(pid_a, signal.SIGTERM)       # replica a leaves
 time.sleep(1.0)
