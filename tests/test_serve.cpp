@@ -32,6 +32,7 @@
 #include "runtime/engine_impl.h"
 #include "runtime/session.h"
 #include "serve/server.h"
+#include "serve_client.h"
 
 namespace {
 
@@ -127,38 +128,16 @@ class Serve : public ::testing::Test {
         EXPECT_EQ(r->status, 200) << r->body;
         return json::parse(r->body);
     }
-    // The data events of an SSE body, [DONE] excluded (and required last).
     static std::vector<json> sse_events(const std::string& body) {
-        std::vector<json> out;
-        size_t pos = 0;
-        bool done = false;
-        while (pos < body.size()) {
-            size_t end = body.find("\n\n", pos);
-            EXPECT_NE(end, std::string::npos) << "an event not ended by a blank line";
-            if (end == std::string::npos) break;
-            std::string ev = body.substr(pos, end - pos);
-            pos = end + 2;
-            EXPECT_EQ(ev.rfind("data: ", 0), 0u) << ev;
-            std::string data = ev.substr(6);
-            EXPECT_FALSE(done) << "an event after [DONE]";
-            if (data == "[DONE]") {
-                done = true;
-                continue;
-            }
-            out.push_back(json::parse(data));
-        }
-        EXPECT_TRUE(done) << "no data: [DONE]";
-        return out;
+        return minfer::testing::sse_events(body);
     }
-    // A gauge's value from /metrics.
+    // A gauge's value from /metrics (-1: no answer, -2: no such line).
     static double metric(const std::string& name) {
         auto c = client();
         auto r = c.Get("/metrics");
         if (!r || r->status != 200) return -1;
-        std::regex re("\n" + name + " ([0-9.e+-]+)\n");
-        std::smatch m;
-        if (!std::regex_search(r->body, m, re)) return -2;
-        return std::stod(m[1]);
+        const double v = minfer::testing::metric_value(r->body, name);
+        return v < 0 ? -2 : v;
     }
     static bool wait_idle(double seconds) {
         const auto end = std::chrono::steady_clock::now() +
@@ -172,19 +151,7 @@ class Serve : public ::testing::Test {
         return false;
     }
     static void expect_error(const httplib::Result& r, int status, const std::string& needle) {
-        ASSERT_TRUE(r);
-        EXPECT_EQ(r->status, status) << r->body;
-        json j = json::parse(r->body, nullptr, false);
-        ASSERT_TRUE(j.is_object()) << r->body;
-        ASSERT_TRUE(j.contains("error")) << r->body;
-        EXPECT_TRUE(j["error"]["message"].is_string());
-        EXPECT_TRUE(j["error"]["type"].is_string());
-        // OpenAI's shape: code is a string or null (never the HTTP status),
-        // param a string or null.
-        EXPECT_TRUE(j["error"]["code"].is_string() || j["error"]["code"].is_null()) << r->body;
-        EXPECT_TRUE(j["error"]["param"].is_string() || j["error"]["param"].is_null()) << r->body;
-        EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos)
-            << j["error"]["message"];
+        minfer::testing::expect_api_error(r, status, needle);
     }
 };
 
@@ -450,7 +417,7 @@ TEST_F(Serve, ErrorStatusesAsOpenAIShapesThem) {
     b["messages"][1]["role"] = "wizard";
     expect_error(post("/v1/chat/completions", b), 400, "role");
     b = chat_body("hi", 4);
-    b["response_format"] = {{"type", "json_object"}};
+    b["response_format"] = {{"type", "yaml"}};
     expect_error(post("/v1/chat/completions", b), 400, "response_format");
     // A user message without content would generate from nothing: refused by name.
     b = chat_body("hi", 4);
