@@ -21,7 +21,6 @@
 #include <thread>
 #include <vector>
 
-#include "json_validate.h"
 #include "model/model.h"
 #include "serve/server.h"
 #include "serve_client.h"

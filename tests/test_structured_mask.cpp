@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "gguf/gguf.h"
-#include "json_validate.h"
 #include "shared_files.h"
 #include "structured/compiled.h"
 #include "structured/grammar.h"
@@ -25,7 +24,6 @@
 using namespace minfer::structured;
 using minfer::testing::CorpusSchema;
 using minfer::testing::load_schema_corpus;
-using minfer::testing::python_jsonschema_available;
 using minfer::testing::random_walk;
 using minfer::testing::Walk;
 
@@ -90,12 +88,32 @@ TokenBitset brute_force_mask(const Matcher& m, const TokenVocab& v) {
     return out;
 }
 
-// The corpus outputs through the validator.
+bool python_jsonschema_available() {
+    return std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") == 0;
+}
+
+// Runs scripts/validate_json.py over the outputs; returns its report.
 std::string validate_outputs(const std::vector<std::pair<const CorpusSchema*, std::string>>& outs,
                              int* exit_code) {
-    std::vector<minfer::testing::JsonOutput> v;
-    for (const auto& [c, text] : outs) v.push_back({c->name, c->schema, text});
-    return minfer::testing::validate_json_outputs(v, exit_code);
+    auto dir = std::filesystem::temp_directory_path();
+    std::string in = (dir / ("minfer_structured_" + std::to_string(getpid()) + ".jsonl")).string();
+    std::string report = in + ".out";
+    {
+        std::ofstream f(in);
+        for (const auto& [c, text] : outs)
+            f << nlohmann::ordered_json{{"name", c->name}, {"schema", c->schema}, {"output", text}}
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+    }
+    std::string cmd = "python3 " + std::string(MINFER_SOURCE_DIR) + "/scripts/validate_json.py " +
+                      in + " > " + report + " 2>&1";
+    int rc = std::system(cmd.c_str());
+    *exit_code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    std::ifstream r(report);
+    std::string text((std::istreambuf_iterator<char>(r)), std::istreambuf_iterator<char>());
+    std::filesystem::remove(in);
+    std::filesystem::remove(report);
+    return text;
 }
 
 }  // namespace
