@@ -17,6 +17,7 @@
 #include "common.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "tokenizer/tokenizer.h"
 #include "util/args.h"
 #include "util/error.h"
 
@@ -116,6 +117,7 @@ int cmd_batched_bench(int argc, char** argv, int first) {
     uint64_t seed = 1234;
     int64_t seed_arg = 1234;
     EngineFlags eng;
+    ConstraintFlags constraint_flags;
     eng.ctx_size = 8192;
     eng.batch_size = 2048;
     ArgParser p("minfer batched-bench",
@@ -133,9 +135,12 @@ int cmd_batched_bench(int argc, char** argv, int first) {
     p.flag({"--mem-report"}, &mem_report,
            "print the KV page map (who holds which page) when each prefill ends, to stderr");
     eng.add_to(p, /*with_ctx=*/true);
+    constraint_flags.add_to(p, /*schema_file_only=*/true);
     p.epilog(
         "N_KV = B*(PP+TG) (PP + B*TG with -pps); S_PP = prompt tokens / T_PP; S_TG = B*TG /\n"
-        "T_TG; S = N_KV / T. Example:\n"
+        "T_TG; S = N_KV / T. With --json-schema-file every sequence is constrained to the\n"
+        "schema: one whose output is complete before TG tokens ends there, and S_TG counts\n"
+        "the tokens generated. Example:\n"
         "  minfer batched-bench -m model.gguf -c 8192 -b 2048 -t 2 -ctk f16 -ctv f16 \\\n"
         "      -npp 128 -ntg 128 -npl 1,4,8,16");
     if (!p.parse(argc, argv, first)) return 0;
@@ -147,6 +152,9 @@ int cmd_batched_bench(int argc, char** argv, int first) {
     if (eng.ctx_size < 1) throw UsageError("-c must be >= 1");
 
     model::Model model = eng.load_model(model_path);
+    std::shared_ptr<const structured::Constraint> constraint;
+    if (constraint_flags.given())
+        constraint = constraint_flags.compile(tokenizer::Tokenizer::from_gguf(model.file));
     runtime::EngineOptions eo;
     eo.n_ctx = eng.ctx_size;
     eo.n_batch = eng.batch_size;
@@ -158,6 +166,9 @@ int cmd_batched_bench(int argc, char** argv, int first) {
     eo.n_parallel = static_cast<int32_t>(max_pl);
     eo.prefill_first = true;  // the two phases of llama-batched-bench
     runtime::Engine engine(model, eo);
+    if (constraint)
+        std::fprintf(stderr, "minfer: --json-schema-file %s compiled in %.2f ms\n",
+                     constraint_flags.json_schema_file.c_str(), constraint->compile_ms);
 
     if (n_prefix > 0) return shared_prefix_measure(engine, model, n_prefix, npp[0], max_pl, seed);
 
@@ -200,7 +211,9 @@ int cmd_batched_bench(int argc, char** argv, int first) {
                 }
                 std::vector<int32_t> shared(static_cast<size_t>(pp));
                 for (auto& t : shared) t = tok(rng);
-                int64_t first_tokens = 0, finished = 0;
+                int64_t first_tokens = 0, finished = 0, generated = 0, complete = 0;
+                std::vector<float> mask_us, mask_first_us;
+                const double mask_wait_before = engine.stats().mask_wait_ms;
                 Clock::time_point t0 = Clock::now(), t_first{};
                 bool failed = false;
                 std::string error;
@@ -212,6 +225,7 @@ int cmd_batched_bench(int argc, char** argv, int first) {
                     gp.n_predict = tg + 1;  // the first from the prompt, then TG decode steps
                     gp.ignore_eos = true;
                     gp.sampling.temp = 0.0f;
+                    gp.constraint = constraint;
                     runtime::RequestCallbacks cb;
                     cb.on_token = [&](const runtime::TokenEvent&) {
                         if (++first_tokens == pl) t_first = Clock::now();
@@ -219,6 +233,17 @@ int cmd_batched_bench(int argc, char** argv, int first) {
                     };
                     cb.on_finish = [&](const runtime::RequestResult& r) {
                         ++finished;
+                        generated += r.generated;
+                        if (!r.mask_us.empty()) {
+                            // the first token's mask: before the decode phase
+                            mask_us.insert(mask_us.end(), r.mask_us.begin() + 1, r.mask_us.end());
+                            mask_first_us.push_back(r.mask_us.front());
+                        }
+                        // A constrained output complete before TG tokens.
+                        if (constraint && r.reason == runtime::FinishReason::Stop) {
+                            ++complete;
+                            return;
+                        }
                         if (r.reason != runtime::FinishReason::Length) {
                             failed = true;
                             error = runtime::finish_reason_name(r.reason);
@@ -252,7 +277,8 @@ int cmd_batched_bench(int argc, char** argv, int first) {
                       std::chrono::duration<double>(t1 - t_first).count()};
                 const double pp_tokens = static_cast<double>(pps ? pp : pl * pp);
                 const double s_pp = pp_tokens / r.t_pp;
-                const double s_tg = static_cast<double>(pl * tg) / r.t_tg;
+                // Decode tokens: all but each sequence's first (the prompt's).
+                const double s_tg = static_cast<double>(generated - pl) / r.t_tg;
                 const double t = r.t_pp + r.t_tg;
                 const double s = static_cast<double>(n_kv) / t;
                 std::fprintf(table,
@@ -261,6 +287,16 @@ int cmd_batched_bench(int argc, char** argv, int first) {
                              static_cast<long long>(pp), static_cast<long long>(tg),
                              static_cast<long long>(pl), static_cast<long long>(n_kv), r.t_pp, s_pp,
                              r.t_tg, s_tg, t, s);
+                if (constraint)
+                    std::fprintf(
+                        table,
+                        "constraint: %lld of %lld outputs complete before TG (mean %.1f tokens a "
+                        "sequence); mask per decode token %s; first tokens' masks %s; sampling "
+                        "waited %.2f ms for masks\n",
+                        static_cast<long long>(complete), static_cast<long long>(pl),
+                        static_cast<double>(generated) / static_cast<double>(pl),
+                        mask_time_summary(mask_us).c_str(), mask_time_summary(mask_first_us).c_str(),
+                        engine.stats().mask_wait_ms - mask_wait_before);
                 std::fflush(table);
                 if (output == "json") {
                     nlohmann::json j{{"n_kv_max", eng.ctx_size},

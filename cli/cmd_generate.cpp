@@ -67,6 +67,9 @@ struct Timing {
     double prompt_s = 0;
     int64_t gen_tokens = 0;
     double gen_s = 0;
+    // With a constraint: its compile time and each sampled token's mask time.
+    double compile_ms = -1;
+    std::vector<float> mask_us;
 };
 
 void print_timing(const Timing& t) {
@@ -78,6 +81,9 @@ void print_timing(const Timing& t) {
                  t.load_s * 1e3, static_cast<long long>(t.prompt_tokens), t.prompt_s * 1e3,
                  rate(t.prompt_tokens, t.prompt_s), static_cast<long long>(t.gen_tokens),
                  t.gen_s * 1e3, rate(t.gen_tokens, t.gen_s));
+    if (t.compile_ms >= 0)
+        std::fprintf(stderr, "minfer: grammar compiled in %.2f ms; mask per token %s\n",
+                     t.compile_ms, mask_time_summary(t.mask_us).c_str());
 }
 
 void print(const std::string& text) {
@@ -100,11 +106,13 @@ std::string generate(runtime::Session& session, const tokenizer::Tokenizer& tok,
     for (int64_t i = 0; n_predict < 0 || i < n_predict; ++i) {
         if (g_interrupted) break;
         const int32_t id = sampler.sample(logits);
+        if (sampler.constrained()) timing.mask_us.push_back(sampler.mask_us());
         if (sampler.ends(id)) break;
         const bool stop = !text.push(id);
         print(text.take_ready());
         ++timing.gen_tokens;
-        if (stop || (n_predict >= 0 && i + 1 >= n_predict)) {
+        // A constrained output that is complete and cannot go on ends here.
+        if (stop || sampler.finished() || (n_predict >= 0 && i + 1 >= n_predict)) {
             // In a chat the cache must hold every token of the reply, so the
             // next turn continues from it.
             if (f.chat && session.n_past() < session.n_ctx())
@@ -136,7 +144,8 @@ int cmd_generate(int argc, char** argv, int first) {
     p.epilog(
         "Examples:\n"
         "  minfer -p \"And God said\" -n 64\n"
-        "  minfer -m qwen2.5-0.5b-instruct-q4_k_m.gguf -cnv -sys \"You are helpful.\"");
+        "  minfer -m qwen2.5-0.5b-instruct-q4_k_m.gguf -cnv -sys \"You are helpful.\"\n"
+        "  minfer -p \"A verse as JSON:\" -jf verse.schema.json   (output valid against it)");
     if (!p.parse(argc, argv, first)) return 0;
     check_generate_flags(f);
     if (!f.prompt_file.empty()) f.prompt = read_file(f.prompt_file);
@@ -158,7 +167,10 @@ int cmd_generate(int argc, char** argv, int first) {
     runtime::SessionOptions so = f.eng.session_options();
     so.n_ctx = ctx.n_ctx;
     runtime::Session session(model, so);
-    runtime::SequenceSampler sampler({.sampler = f.sp, .ignore_eos = f.ignore_eos}, tok.eog_ids());
+    const auto constraint = f.constraint.compile(tok);
+    if (constraint) timing.compile_ms = constraint->compile_ms;
+    runtime::SequenceSampler sampler(
+        {.sampler = f.sp, .ignore_eos = f.ignore_eos, .constraint = constraint}, tok.eog_ids());
     f.observe.attach(session);
     timing.load_s = seconds_since(t_load);
     std::fprintf(

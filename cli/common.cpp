@@ -1,10 +1,17 @@
 #include "common.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "backend/cpu/isa.h"
+#include "structured/grammar.h"
+#include "structured/json_schema.h"
 #include "tensor/dtype.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
 
 namespace minfer::cli {
 
@@ -32,6 +39,112 @@ void EngineFlags::add_to(ArgParser& p, bool with_ctx) {
            "every matmul through the batched (GEMM) kernels, decode too: a sequence's logits "
            "bitwise the same alone or batched whatever the weights' layout (slower decode; "
            "default: MINFER_BATCH_INVARIANT=1)");
+}
+
+void ConstraintFlags::add_to(ArgParser& p, bool schema_file_only) {
+    if (!schema_file_only) {
+        p.option({"-j", "--json-schema"}, &json_schema, "SCHEMA",
+                 "constrain the output to JSON valid against this JSON Schema");
+    }
+    p.option({"-jf", "--json-schema-file"}, &json_schema_file, "FILE",
+             "constrain the output to JSON valid against the JSON Schema in FILE");
+    if (!schema_file_only) {
+        p.option({"--grammar"}, &grammar, "GBNF",
+                 "constrain the output to this grammar (llama.cpp's GBNF)");
+        p.option({"--grammar-file"}, &grammar_file, "FILE",
+                 "constrain the output to the grammar (GBNF) in FILE");
+    }
+}
+
+bool ConstraintFlags::given() const {
+    return !json_schema.empty() || !json_schema_file.empty() || !grammar.empty() ||
+           !grammar_file.empty();
+}
+
+namespace {
+
+std::string read_text_file(const std::string& flag, const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(flag + ": cannot read '" + path + "'");
+    std::ostringstream os;
+    os << in.rdbuf();
+    return os.str();
+}
+
+}  // namespace
+
+void ConstraintFlags::check() const {
+    if (!json_schema.empty() + !json_schema_file.empty() + !grammar.empty() +
+            !grammar_file.empty() >
+        1)
+        throw UsageError(
+            "give one of --json-schema, --json-schema-file, --grammar, --grammar-file");
+}
+
+std::string ConstraintFlags::gbnf() const {
+    check();
+    // Each error names where the text came from, then what the converter or
+    // the parser says is wrong (the keyword and its JSON pointer, or the
+    // grammar's line and column).
+    auto checked = [](const std::string& where, auto&& make) -> std::string {
+        try {
+            return make();
+        } catch (const Error& e) {
+            throw Error(where + ": " + e.what());
+        }
+    };
+    if (!json_schema.empty())
+        return checked("--json-schema",
+                       [&] { return structured::json_schema_text_to_gbnf(json_schema); });
+    if (!json_schema_file.empty()) {
+        const std::string text = read_text_file("--json-schema-file", json_schema_file);
+        return checked("--json-schema-file " + json_schema_file,
+                       [&] { return structured::json_schema_text_to_gbnf(text); });
+    }
+    if (!grammar.empty())
+        return checked("--grammar", [&] {
+            structured::parse_gbnf(grammar);
+            return grammar;
+        });
+    if (!grammar_file.empty()) {
+        std::string text = read_text_file("--grammar-file", grammar_file);
+        return checked("--grammar-file " + grammar_file, [&] {
+            structured::parse_gbnf(text);
+            return text;
+        });
+    }
+    return "";
+}
+
+std::shared_ptr<const structured::Constraint> ConstraintFlags::compile(
+    const tokenizer::Tokenizer& tok) const {
+    const std::string text = gbnf();
+    if (text.empty()) return nullptr;
+    const std::string flag = !json_schema.empty()        ? "--json-schema"
+                             : !json_schema_file.empty() ? "--json-schema-file " + json_schema_file
+                             : !grammar.empty()          ? "--grammar"
+                                                         : "--grammar-file " + grammar_file;
+    auto vocab = std::make_shared<const structured::TokenVocab>(
+        structured::TokenVocab::from_tokenizer(tok));
+    try {
+        return structured::compile_constraint(text, std::move(vocab));
+    } catch (const Error& e) {
+        throw Error(flag + ": " + e.what());
+    }
+}
+
+std::string mask_time_summary(std::vector<float> mask_us) {
+    if (mask_us.empty()) return "no tokens";
+    std::sort(mask_us.begin(), mask_us.end());
+    auto pct = [&](double p) {
+        return mask_us[std::min(mask_us.size() - 1,
+                                static_cast<size_t>(p * static_cast<double>(mask_us.size())))];
+    };
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "p50 %.1f us, p99 %.1f us, max %.1f us over %zu tokens",
+                  static_cast<double>(pct(0.50)), static_cast<double>(pct(0.99)),
+                  static_cast<double>(mask_us.back()), mask_us.size());
+    return buf;
 }
 
 model::Model EngineFlags::load_model(const std::string& path) const {

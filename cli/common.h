@@ -2,11 +2,18 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 #include "runtime/session.h"
+#include "structured/constraint.h"
 #include "util/args.h"
+
+namespace minfer::tokenizer {
+class Tokenizer;
+}
 
 namespace minfer::cli {
 
@@ -32,6 +39,29 @@ struct EngineFlags {
     // weights for the CPU kernels (Model::interleave_weights).
     model::Model load_model(const std::string& path) const;
 };
+
+// Structured output (llama.cpp's flags): --json-schema, --json-schema-file,
+// --grammar, --grammar-file; at most one.
+struct ConstraintFlags {
+    std::string json_schema, json_schema_file, grammar, grammar_file;
+
+    // All four flags, or only --json-schema-file.
+    void add_to(ArgParser& p, bool schema_file_only = false);
+    bool given() const;
+    // Throws UsageError when several are given.
+    void check() const;
+    // The GBNF of the flag given ("" when none). Throws minfer::Error naming
+    // the flag, the file, and the keyword (with its JSON pointer) or the
+    // grammar line and column at fault; UsageError when several are given.
+    std::string gbnf() const;
+    // The flag's constraint compiled for the tokenizer's vocabulary; null
+    // when none is given. Throws as gbnf() does, or naming the rule a
+    // grammar cannot compile for.
+    std::shared_ptr<const structured::Constraint> compile(const tokenizer::Tokenizer& tok) const;
+};
+
+// "p50 12.3 us, p99 45.6 us, max 78.9 us over N tokens" of mask times.
+std::string mask_time_summary(std::vector<float> mask_us);
 
 // Reports go to stderr; this prints "minfer: warning: ..." once.
 // "cpu kernels avx2 (MINFER_CPU; this CPU has avx512)": the level the kernels

@@ -31,6 +31,7 @@ void add_generate_flags(ArgParser& p, GenFlags& f) {
            "Qwen3: write the empty <think></think> block (thinking off)");
     p.flag({"--no-parse-special"}, &f.no_special_parse,
            "treat special-token text in the prompt as plain text");
+    f.constraint.add_to(p);
 }
 
 void check_generate_flags(GenFlags& f) {
@@ -43,6 +44,7 @@ void check_generate_flags(GenFlags& f) {
     if (f.n_predict < -1) throw UsageError("-n must be -1 or >= 0");
     if (!f.chat_template.empty() && f.chat_template != "chatml")
         throw UsageError("unknown chat template '" + f.chat_template + "' (supported: chatml)");
+    f.constraint.check();
     if (!f.chat && f.prompt.empty() && f.prompt_file.empty())
         throw UsageError("give a prompt with -p or -f (or chat with -cnv)");
     // The engine knobs (-t, -b, -ctk, --queue-layers) are checked here too, so

@@ -29,6 +29,7 @@ struct GenFlags {
     std::string chat_template;
     bool no_think = false;
     bool no_special_parse = false;
+    ConstraintFlags constraint;  // --json-schema, --grammar, ...
     EngineFlags eng;
     report::ObserveFlags observe;  // --mem-report, --dump-graph, ...
 };

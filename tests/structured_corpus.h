@@ -1,9 +1,15 @@
 // The structured-output schema corpus (tests/data/schemas/corpus.jsonl,
 // written by scripts/gen_schema_corpus.py) and random walks through a
-// grammar's token masks, for the tests and the benchmark (no GoogleTest here).
+// grammar's token masks, for the tests and the benchmark (no GoogleTest here);
+// the validation of outputs by python3-jsonschema (scripts/validate_json.py).
 #pragma once
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -102,6 +108,34 @@ Walk random_walk(const structured::TokenMasker& masker,
         w.output += v.bytes[id];
     }
     return w;
+}
+
+inline bool python_jsonschema_available() {
+    return std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") == 0;
+}
+
+// Runs scripts/validate_json.py over the outputs; returns its report.
+inline std::string validate_outputs(const std::vector<std::pair<const CorpusSchema*, std::string>>& outs,
+                             int* exit_code) {
+    auto dir = std::filesystem::temp_directory_path();
+    std::string in = (dir / ("minfer_structured_" + std::to_string(getpid()) + ".jsonl")).string();
+    std::string report = in + ".out";
+    {
+        std::ofstream f(in);
+        for (const auto& [c, text] : outs)
+            f << nlohmann::ordered_json{{"name", c->name}, {"schema", c->schema}, {"output", text}}
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+    }
+    std::string cmd = "python3 " + std::string(MINFER_SOURCE_DIR) + "/scripts/validate_json.py " +
+                      in + " > " + report + " 2>&1";
+    int rc = std::system(cmd.c_str());
+    *exit_code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    std::ifstream r(report);
+    std::string text((std::istreambuf_iterator<char>(r)), std::istreambuf_iterator<char>());
+    std::filesystem::remove(in);
+    std::filesystem::remove(report);
+    return text;
 }
 
 }  // namespace minfer::testing

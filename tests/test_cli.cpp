@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -316,4 +317,107 @@ TEST(Cli, MinferCpuCapsTheKernelsNamesTheLevelAndRefusesBadValues) {
     unsetenv("MINFER_CPU");
     EXPECT_EQ(lacks.code, 1);
     EXPECT_TRUE(has(lacks.err, "cannot run")) << lacks.err;
+}
+
+// ---- structured output: --json-schema, --json-schema-file, --grammar, --grammar-file ----
+
+namespace {
+
+// A file in the temporary directory holding `text`, removed by the caller's
+// scope end.
+struct TempText {
+    std::string path;
+    explicit TempText(const std::string& name, const std::string& text)
+        : path((std::filesystem::temp_directory_path() /
+                ("minfer-cli-" + std::to_string(::getpid()) + "-" + name))
+                   .string()) {
+        std::ofstream(path, std::ios::binary) << text;
+    }
+    ~TempText() { std::filesystem::remove(path); }
+};
+
+const char* const kVerseSchema =
+    R"({"type": "object", "properties": {"book": {"enum": ["Genesis", "Exodus", "Psalms"]},)"
+    R"( "chapter": {"type": "integer", "minimum": 1, "maximum": 150},)"
+    R"( "text": {"type": "string", "maxLength": 40}},)"
+    R"( "required": ["book", "chapter", "text"], "additionalProperties": false})";
+
+}  // namespace
+
+// The built-in model writes verses, never JSON: with a schema, at
+// temperature 1 and greedy, stdout is one object with the schema's fields,
+// and the timing line gives the compile time and the mask percentiles.
+TEST(Cli, JsonSchemaConstrainsTheOutput) {
+    TempText schema("verse.json", kVerseSchema);
+    for (const std::string flags : {"--temp 0", "--temp 1 --seed 5"}) {
+        auto r = run_cli("-p 'And God said' -n 120 --no-display-prompt " + flags + " -jf " +
+                         schema.path);
+        ASSERT_EQ(r.code, 0) << r.err;
+        const auto j = nlohmann::json::parse(r.out, nullptr, false);
+        ASSERT_FALSE(j.is_discarded()) << flags << ": not JSON: " << r.out;
+        ASSERT_TRUE(j.is_object()) << r.out;
+        EXPECT_EQ(j.size(), 3u) << r.out;
+        EXPECT_TRUE(j["book"] == "Genesis" || j["book"] == "Exodus" || j["book"] == "Psalms")
+            << r.out;
+        ASSERT_TRUE(j["chapter"].is_number_integer()) << r.out;
+        EXPECT_GE(j["chapter"].get<int>(), 1);
+        EXPECT_LE(j["chapter"].get<int>(), 150);
+        ASSERT_TRUE(j["text"].is_string()) << r.out;
+        EXPECT_TRUE(has(r.err, "grammar compiled in")) << r.err;
+        EXPECT_TRUE(has(r.err, "mask per token p50")) << r.err;
+    }
+    // The same schema inline, and a GBNF grammar inline and from a file.
+    auto inline_schema = run_cli("-p 'And God said' -n 120 --temp 0 --no-display-prompt -j '" +
+                                 std::string(kVerseSchema) + "'");
+    ASSERT_EQ(inline_schema.code, 0) << inline_schema.err;
+    EXPECT_EQ(inline_schema.out,
+              run_cli("-p 'And God said' -n 120 --temp 0 --no-display-prompt -jf " + schema.path)
+                  .out);
+    TempText gbnf("yes.gbnf", "root ::= answer \".\"\nanswer ::= \"yes\" | \"no\"\n");
+    for (const std::string flag : {"--grammar-file " + gbnf.path,
+                                   std::string("--grammar 'root ::= (\"yes\" | \"no\") \".\"'")}) {
+        auto r = run_cli("-p 'And God said' -n 20 --temp 1 --seed 2 --no-display-prompt " + flag);
+        ASSERT_EQ(r.code, 0) << r.err;
+        EXPECT_TRUE(r.out == "yes.\n" || r.out == "no.\n") << flag << ": " << r.out;
+    }
+}
+
+// A schema or grammar the engine cannot enforce is an error naming the flag,
+// the file and what is wrong (the keyword and where, the grammar's line);
+// two constraints at once are a usage error.
+TEST(Cli, BadSchemaOrGrammarIsAnErrorNamingWhatIsWrong) {
+    auto r = run_cli(
+        "-p hi -n 4 -j '{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\", "
+        "\"uniqueItems\": true}}}'");
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_TRUE(has(r.err, "--json-schema")) << r.err;
+    EXPECT_TRUE(has(r.err, "uniqueItems")) << r.err;
+    EXPECT_TRUE(has(r.err, "/properties/a")) << r.err;
+    TempText bad("bad.gbnf", "root ::= \"a\" item\nitem := \"b\"\n");
+    r = run_cli("-p hi -n 4 --grammar-file " + bad.path);
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_TRUE(has(r.err, "--grammar-file " + bad.path)) << r.err;
+    EXPECT_TRUE(has(r.err, "line 2")) << r.err;
+    r = run_cli("-p hi -n 4 --grammar 'root ::= \"a\" missing'");
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_TRUE(has(r.err, "missing")) << r.err;
+    r = run_cli("-p hi -n 4 -jf /nonexistent/schema.json");
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_TRUE(has(r.err, "/nonexistent/schema.json")) << r.err;
+    r = run_cli("-p hi -n 4 --grammar 'root ::= \"a\"' -j '{}'");
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_TRUE(has(r.err, "give one of")) << r.err;
+}
+
+// batched-bench --json-schema-file: every sequence constrained; the table
+// counts the tokens generated, and a line per row gives the masks' times.
+TEST(BatchedBench, JsonSchemaFileConstrainsEverySequence) {
+    TempText schema("bench.json", kVerseSchema);
+    auto r = run_cli("batched-bench -c 1024 -b 64 -t 2 -npp 8 -ntg 12 -npl 1,3 -jf " +
+                     schema.path);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(has(r.err, "compiled in")) << r.err;
+    EXPECT_TRUE(has(r.out, "constraint: ")) << r.out;
+    EXPECT_TRUE(has(r.out, "mask per decode token p50")) << r.out;
+    EXPECT_TRUE(has(r.out, "of 3 outputs complete")) << r.out;
 }

@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 
 #include "runtime/sample_text.h"
 #include "runtime/sampler.h"
 #include "tiny_model.h"
+#include "structured/constraint.h"
 #include "tokenizer/tokenizer.h"
+#include "util/error.h"
 
 using namespace minfer::runtime;
 
@@ -133,6 +136,130 @@ TEST(Sampler, PresenceAndFrequencyPenaltiesCountTheReplyOnly) {
     // counts, 1.0 - 0.5 - 0.3 = 0.2 against 0.9 - 0.6 = 0.3)
     s.start_reply(std::vector<int32_t>{1});
     EXPECT_EQ(s.sample(std::vector<float>{1.0f, 0.9f, 0.0f}), 0);
+}
+
+// ---- a constraint (structured output) -----------------------------------------
+
+namespace {
+// Every byte as a token but those in `missing`, the fragments "{\"" and
+// "true", then one end-of-generation token (the last id).
+std::shared_ptr<const minfer::structured::Constraint> constraint(const std::string& gbnf,
+                                                                 const std::string& missing = "") {
+    std::vector<std::string> t;
+    for (int b = 0; b < 256; ++b)
+        t.push_back(missing.find(char(b)) == std::string::npos ? std::string(1, char(b)) : "");
+    t.push_back("{\"");
+    t.push_back("true");
+    t.push_back("<|end|>");
+    std::vector<bool> special(t.size(), false);
+    special.back() = true;
+    const auto eog = static_cast<int32_t>(t.size() - 1);
+    auto vocab = std::make_shared<const minfer::structured::TokenVocab>(
+        minfer::structured::TokenVocab::from_bytes(t, special, {eog}));
+    return minfer::structured::compile_constraint(gbnf, vocab);
+}
+constexpr int32_t kOpen = 256, kTrue = 257, kEnd = 258, kVocab = 259;
+
+// Runs a sampler on random logits (the end token's far ahead, 'x' next)
+// until it ends or 40 tokens; returns the output's bytes, "|END" when it
+// ended on the end token, "|FIN" when finished() ended it.
+std::string run(SequenceSampler& s, std::mt19937& rng) {
+    std::normal_distribution<float> d(0.0f, 2.0f);
+    std::string out;
+    for (int i = 0; i < 40; ++i) {
+        std::vector<float> l(kVocab);
+        for (auto& x : l) x = d(rng);
+        l[kEnd] = 50.0f;
+        l['x'] = 40.0f;
+        const int32_t tok = s.sample(l);
+        if (s.ends(tok)) return out + "|END";
+        out += tok == kOpen ? "{\"" : tok == kTrue ? "true" : std::string(1, char(tok));
+        if (s.finished()) return out + "|FIN";
+    }
+    return out;
+}
+}  // namespace
+
+TEST(Sampler, ConstraintExcludesRefusedTokensAndEndsOnlyWhenComplete) {
+    // The end token and 'x' lead every row; neither may come before '}'.
+    const auto c = constraint("root ::= \"{\\\"a\\\":\" (\"true\" | \"false\") \"}\" \" \"?\n");
+    std::mt19937 rng(5);
+    std::map<std::string, int> seen;
+    for (uint64_t seed = 0; seed < 60; ++seed) {
+        SequenceSampling p;
+        p.constraint = c;
+        p.sampler.temp = seed % 3 == 0 ? 0.0f : 1.5f;
+        p.sampler.top_k = seed % 2 ? 0 : 40;
+        p.sampler.seed = seed;
+        SequenceSampler s(p, {kEnd});
+        s.start_reply(std::vector<int32_t>{1, 2});
+        ++seen[run(s, rng)];
+    }
+    // Complete after '}': the end token (leading) is taken there.
+    for (const auto& [out, n] : seen)
+        EXPECT_TRUE(out == "{\"a\":true}|END" || out == "{\"a\":false}|END") << out;
+    EXPECT_EQ(seen.size(), 2u) << "both branches drawn at temperature 1.5";
+}
+
+TEST(Sampler, ConstraintUnderIgnoreEosEndsWhereNothingCanFollow) {
+    std::mt19937 rng(9);
+    auto once = [&](const std::string& gbnf, const std::string& missing, bool ignore_eos) {
+        SequenceSampling p;
+        p.constraint = constraint(gbnf, missing);
+        p.sampler.temp = 0;
+        p.ignore_eos = ignore_eos;
+        SequenceSampler s(p, {kEnd});
+        return run(s, rng);
+    };
+    const std::string json = "root ::= \"{\\\"a\\\":\" (\"true\" | \"false\") \"}\" \" \"?\n";
+    // The end token masked while something else may follow: the optional
+    // blank is taken, then nothing can follow and the sample ends.
+    EXPECT_EQ(once(json, "", true), "{\"a\":true} |FIN");
+    EXPECT_EQ(once(json, "", false), "{\"a\":true}|END");
+    EXPECT_EQ(once("root ::= \"ab\"\n", "", true), "ab|FIN");
+    // Complete after 'a', and the 'b' that could follow has no token: the
+    // end token is the only one allowed, so it is taken even under ignore_eos.
+    EXPECT_EQ(once("root ::= \"a\" \"b\"?\n", "b", true), "a|END");
+    // Incomplete with no token to go on: an error naming the reason.
+    SequenceSampling p;
+    p.constraint = constraint("root ::= \"a\" \"b\"\n", "b");
+    SequenceSampler s(p, {kEnd});
+    std::vector<float> l(kVocab, 0.0f);
+    EXPECT_EQ(s.sample(l), 'a');
+    try {
+        s.sample(l);
+        ADD_FAILURE() << "no token allowed, yet one was sampled";
+    } catch (const minfer::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("allows no token"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Sampler, ConstraintMasksBeforePenaltiesAndTimesItsMask) {
+    // The presence penalty pushes the repeated 'a' below 'x', which the
+    // grammar refuses: the penalty works among the allowed tokens only.
+    SequenceSampling p;
+    p.constraint = constraint("root ::= [ab]+\n");
+    p.sampler.temp = 0;
+    p.presence_penalty = 5.0f;
+    SequenceSampler s(p, {kEnd});
+    std::vector<float> l(kVocab, -10.0f);
+    l['a'] = 3.0f;
+    l['b'] = 1.0f;
+    l['x'] = 2.5f;
+    EXPECT_FALSE(s.mask_ready());
+    s.prepare_mask();  // as the engine does while the forward pass runs
+    EXPECT_TRUE(s.mask_ready());
+    EXPECT_EQ(s.sample(l), 'a');
+    EXPECT_FALSE(s.mask_ready());
+    EXPECT_GT(s.mask_us(), 0.0f);
+    EXPECT_EQ(s.sample(l), 'b');  // a: 3 - 5 = -2 < b: 1; x refused
+    EXPECT_EQ(s.sample(l), 'a');  // both penalized: -2 against -4
+    EXPECT_TRUE(s.complete());
+    EXPECT_FALSE(s.finished());
+    SequenceSampler plain({.sampler = p.sampler}, {kEnd});
+    EXPECT_EQ(plain.sample(l), 'a');
+    EXPECT_FALSE(plain.constrained());
+    EXPECT_EQ(plain.mask_us(), 0.0f);
 }
 
 // ---- the stop-string matcher (the server's and the CLI's) --------------------

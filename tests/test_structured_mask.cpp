@@ -24,7 +24,9 @@
 using namespace minfer::structured;
 using minfer::testing::CorpusSchema;
 using minfer::testing::load_schema_corpus;
+using minfer::testing::python_jsonschema_available;
 using minfer::testing::random_walk;
+using minfer::testing::validate_outputs;
 using minfer::testing::Walk;
 
 namespace {
@@ -86,34 +88,6 @@ TokenBitset brute_force_mask(const Matcher& m, const TokenVocab& v) {
         if (ok) out.set(id);
     }
     return out;
-}
-
-bool python_jsonschema_available() {
-    return std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") == 0;
-}
-
-// Runs scripts/validate_json.py over the outputs; returns its report.
-std::string validate_outputs(const std::vector<std::pair<const CorpusSchema*, std::string>>& outs,
-                             int* exit_code) {
-    auto dir = std::filesystem::temp_directory_path();
-    std::string in = (dir / ("minfer_structured_" + std::to_string(getpid()) + ".jsonl")).string();
-    std::string report = in + ".out";
-    {
-        std::ofstream f(in);
-        for (const auto& [c, text] : outs)
-            f << nlohmann::ordered_json{{"name", c->name}, {"schema", c->schema}, {"output", text}}
-                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-              << "\n";
-    }
-    std::string cmd = "python3 " + std::string(MINFER_SOURCE_DIR) + "/scripts/validate_json.py " +
-                      in + " > " + report + " 2>&1";
-    int rc = std::system(cmd.c_str());
-    *exit_code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-    std::ifstream r(report);
-    std::string text((std::istreambuf_iterator<char>(r)), std::istreambuf_iterator<char>());
-    std::filesystem::remove(in);
-    std::filesystem::remove(report);
-    return text;
 }
 
 }  // namespace

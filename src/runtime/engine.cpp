@@ -398,6 +398,55 @@ void Engine::Impl::preempt(Seq& s) {
     ++stats.preemptions;
 }
 
+// ---- the mask thread ----------------------------------------------------------
+
+MaskThread::~MaskThread() {
+    if (!thread_.joinable()) return;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+}
+
+void MaskThread::start(std::vector<SequenceSampler*> samplers) {
+    if (samplers.empty()) return;
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        MINFER_ASSERT(!busy_);
+        jobs_ = std::move(samplers);
+        busy_ = true;
+    }
+    cv_.notify_all();
+}
+
+void MaskThread::wait() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return !busy_; });
+}
+
+void MaskThread::loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+        cv_.wait(lk, [&] { return busy_ || stop_; });
+        if (stop_) return;
+        std::vector<SequenceSampler*> jobs = std::move(jobs_);
+        lk.unlock();
+        for (SequenceSampler* s : jobs) {
+            try {
+                s->prepare_mask();
+            } catch (...) {
+                // left not ready: sample() computes it again and reports the error
+            }
+        }
+        lk.lock();
+        busy_ = false;
+        cv_.notify_all();
+    }
+}
+
 // ---- finishing --------------------------------------------------------------
 
 void Engine::Impl::finish(Seq& s, FinishReason reason, std::string error) {
@@ -419,6 +468,7 @@ void Engine::Impl::finish(Seq& s, FinishReason reason, std::string error) {
         s.generated > 0 ? std::chrono::duration<double, std::milli>(s.t_first - t_submit).count()
                         : 0.0;
     r.t_total_ms = ms_since(t_submit);
+    r.mask_us = std::move(s.mask_us);
     finished.push_back({s.req, r});
 }
 
@@ -447,7 +497,14 @@ void Engine::Impl::retire() {
 bool Engine::Impl::sample(Seq& s, const float* logits) {
     const GenParams& gp = s.req->params;
     const auto n_vocab = static_cast<size_t>(model.hp.n_vocab);
-    const int32_t tok = s.sampler->sample(std::span<const float>(logits, n_vocab));
+    int32_t tok = 0;
+    try {
+        tok = s.sampler->sample(std::span<const float>(logits, n_vocab));
+    } catch (const Error& e) {
+        finish(s, FinishReason::Error, e.what());  // a constraint with no token allowed
+        return false;
+    }
+    if (s.sampler->constrained()) s.mask_us.push_back(s.sampler->mask_us());
     if (s.generated == 0) s.t_first = Clock::now();
     ++s.generated;
     ++stats.generated_tokens;
@@ -478,6 +535,11 @@ bool Engine::Impl::sample(Seq& s, const float* logits) {
             ev.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - lse));
     }
     if (s.req->callbacks.on_token && !s.req->callbacks.on_token(ev)) {
+        finish(s, FinishReason::Stop);
+        return false;
+    }
+    // The constraint's output is complete and nothing may follow.
+    if (s.sampler->finished()) {
         finish(s, FinishReason::Stop);
         return false;
     }
@@ -517,6 +579,7 @@ bool Engine::Impl::step() {
             sp.presence_penalty = req->params.presence_penalty;
             sp.frequency_penalty = req->params.frequency_penalty;
             sp.ignore_eos = req->params.ignore_eos;
+            sp.constraint = req->params.constraint;
             s->sampler = std::make_unique<SequenceSampler>(sp, eog);
             s->sampler->start_reply(s->tokens);
             stats.prompt_tokens += static_cast<int64_t>(s->tokens.size());
@@ -679,7 +742,24 @@ bool Engine::Impl::step() {
         for (size_t i = 0; i < want.size(); ++i) tail[i] = static_cast<int32_t>(want[i].second);
         alloc.fill_input(g, "tail_ids", tail);
     }
+    // The constrained sequences' masks for this pass's samples, computed
+    // while it runs; waited for before sampling (also when the pass throws:
+    // the thread reads their samplers).
+    mask_jobs.clear();
+    for (const auto& [s, t_index] : want)
+        if (s->sampler->constrained() && !s->sampler->mask_ready())
+            mask_jobs.push_back(s->sampler.get());
+    struct WaitMasks {
+        MaskThread& m;
+        ~WaitMasks() { m.wait(); }
+    } wait_masks{mask_thread};
+    mask_thread.start(mask_jobs);
     scheduler.execute(g, alloc);
+    if (!mask_jobs.empty()) {
+        const auto t_wait = Clock::now();
+        mask_thread.wait();
+        stats.mask_wait_ms += ms_since(t_wait);
+    }
     ++stats.steps;
     stats.last_pass_decode_tokens = n_decode;
     stats.last_pass_prompt_tokens = n_real - n_decode;
@@ -800,6 +880,12 @@ RequestId Engine::submit(GenParams params, RequestCallbacks callbacks) {
                     " must be between 1 and the parallel sequences (" +
                     std::to_string(im.opt.n_parallel) + ")");
     if (params.top_logprobs > 20) throw Error("top_logprobs is limited to 20");
+    if (params.constraint &&
+        params.constraint->masker->vocab().n_vocab() > im.model.hp.n_vocab)
+        throw Error("the constraint's vocabulary has " +
+                    std::to_string(params.constraint->masker->vocab().n_vocab()) +
+                    " tokens, the model " + std::to_string(im.model.hp.n_vocab) +
+                    ": it was compiled for another vocabulary");
     auto req = std::make_shared<Impl::Request>();
     req->params = std::move(params);
     req->callbacks = std::move(callbacks);

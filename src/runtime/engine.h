@@ -60,10 +60,17 @@ struct GenParams {
     float frequency_penalty = 0.0f;  // OpenAI's: subtracted per occurrence in the output
     bool ignore_eos = false;
     int32_t n_samples = 1;      // parallel samples forked from one prompt (share its pages)
-    int32_t top_logprobs = -1;  // -1: no logprobs; 0..20: the chosen token's and the top N
+    // -1: no logprobs; 0..20: the chosen token's and the top N. They are the
+    // model's distribution (log-softmax of its logits), before penalties and
+    // before a constraint's mask, as vLLM's default: a token the grammar
+    // forced shows how likely the model found it, and the top N may name
+    // tokens the grammar refused (never sampled).
+    int32_t top_logprobs = -1;
     // Structured output: each sample's tokens are masked to those that keep
     // its output a prefix of a sentence of this grammar, and end of
-    // generation is allowed only where the output is complete. null: none.
+    // generation is allowed only where the output is complete; a sample whose
+    // output is complete and cannot go on ends there (Stop, even with
+    // ignore_eos). Its vocabulary must be the model's. null: none.
     std::shared_ptr<const structured::Constraint> constraint;
 };
 
@@ -91,6 +98,10 @@ struct RequestResult {
     int64_t cached_tokens = 0;  // prompt tokens not computed: shared pages, copied cells
     int64_t generated = 0;      // tokens sampled for this sample
     double t_queue_ms = 0, t_first_token_ms = 0, t_total_ms = 0;  // from submit()
+    // With a constraint: per sampled token, the microseconds of CPU time its
+    // mask took to compute (on the engine's mask thread, while the forward
+    // pass ran); empty without one.
+    std::vector<float> mask_us;
 };
 
 struct RequestCallbacks {
@@ -117,6 +128,10 @@ struct EngineStats {
     // and prompt tokens (chunks of prompts still being computed).
     int64_t last_pass_decode_tokens = 0, last_pass_prompt_tokens = 0;
     size_t activation_bytes = 0;  // activation memory held (all plans)
+    // Constrained sequences: milliseconds sampling waited for their masks
+    // after the forward pass had ended (the part of the mask work the pass
+    // did not hide), since start.
+    double mask_wait_ms = 0;
 };
 
 // One page of the KV cache, for reports: its state and who holds it.

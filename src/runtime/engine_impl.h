@@ -25,6 +25,28 @@ class CpuBackend;
 
 namespace minfer::runtime {
 
+// The constrained sequences' masks for the next sample, computed on a thread
+// of their own while the forward pass that gives the logits runs (a mask
+// depends only on its sequence's grammar state, known once the previous
+// token was sampled). Started on first use: an engine that never sees a
+// constraint has no such thread.
+class MaskThread {
+  public:
+    ~MaskThread();
+    // Starts prepare_mask() of each sampler; returns at once.
+    void start(std::vector<SequenceSampler*> samplers);
+    // Waits until the masks started last are computed.
+    void wait();
+
+  private:
+    void loop();
+    std::thread thread_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<SequenceSampler*> jobs_;
+    bool busy_ = false, stop_ = false;
+};
+
 struct Engine::Impl {
     Impl(const model::Model& model, const EngineOptions& options);
     ~Impl();
@@ -50,7 +72,8 @@ struct Engine::Impl {
         int64_t generated = 0;
         uint64_t admit_order = 0;  // later admitted = preempted first
         bool ever_admitted = false;
-        std::unique_ptr<SequenceSampler> sampler;  // its own seed and history
+        std::unique_ptr<SequenceSampler> sampler;  // its own seed, history, grammar state
+        std::vector<float> mask_us;                // constrained: per sampled token
         std::chrono::steady_clock::time_point t_admit, t_first;
     };
 
@@ -103,6 +126,9 @@ struct Engine::Impl {
     std::vector<uint8_t> copy_staging;      // copy_computed_cells' V rows or donor K page
     std::vector<uint8_t> own_page_staging;  // ... and the K page they are patched into
     std::vector<std::pair<std::shared_ptr<Request>, RequestResult>> finished;
+
+    MaskThread mask_thread;
+    std::vector<SequenceSampler*> mask_jobs;
 
     // Tests: every logits row the engine samples from (request, sample,
     // position of the token, logits).

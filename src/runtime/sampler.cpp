@@ -1,9 +1,13 @@
 #include "runtime/sampler.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <unordered_set>
+
+#include "util/error.h"
 
 namespace minfer::runtime {
 
@@ -89,37 +93,109 @@ int32_t Sampler::sample(std::span<const float> logits) {
 }
 
 SequenceSampler::SequenceSampler(const SequenceSampling& params, std::vector<int32_t> eog)
-    : params_(params), eog_(std::move(eog)), sampler_(params.sampler) {}
+    : params_(params), eog_(std::move(eog)), sampler_(params.sampler) {
+    // No rollback history: a sampled token is never taken back.
+    if (params_.constraint) matcher_.emplace(params_.constraint->grammar, 0);
+}
 
 void SequenceSampler::start_reply(std::span<const int32_t> input) {
     for (int32_t t : input) sampler_.accept(t);
     reply_counts_.clear();
+    // A reply is one output of the grammar, from its start.
+    if (matcher_) {
+        matcher_.emplace(params_.constraint->grammar, 0);
+        mask_ready_ = false;
+    }
+}
+
+void SequenceSampler::prepare_mask() {
+    if (!matcher_ || mask_ready_) return;
+    // CPU time of this thread: the engine's mask thread shares the cores
+    // with the forward pass, whose threads would count in a wall time.
+    auto cpu_us = [] {
+        timespec ts{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
+    };
+    const double t0 = cpu_us();
+    params_.constraint->masker->compute_mask(*matcher_, mask_);
+    pending_mask_us_ = static_cast<float>(cpu_us() - t0);
+    mask_ready_ = true;
+}
+
+// Sets the logits of the tokens mask_ refuses (and of any id past the
+// constraint's vocabulary) to -inf, 64 tokens a mask word.
+void SequenceSampler::apply_mask(std::vector<float>& row) const {
+    constexpr float kRefused = -std::numeric_limits<float>::infinity();
+    const size_t n = row.size();
+    for (size_t w = 0, base = 0; base < n; ++w, base += 64) {
+        const uint64_t allowed = w < mask_.words.size() ? mask_.words[w] : 0;
+        const size_t end = std::min(n, base + 64);
+        if (allowed == ~uint64_t{0} && end == base + 64) continue;
+        if (allowed == 0) {
+            std::fill(row.begin() + static_cast<std::ptrdiff_t>(base),
+                      row.begin() + static_cast<std::ptrdiff_t>(end), kRefused);
+            continue;
+        }
+        for (size_t i = base; i < end; ++i)
+            if (!((allowed >> (i - base)) & 1)) row[i] = kRefused;
+    }
 }
 
 int32_t SequenceSampler::sample(std::span<const float> logits) {
     std::span<const float> row = logits;
     const bool penalties = params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
-    if ((penalties && !reply_counts_.empty()) || (params_.ignore_eos && !eog_.empty())) {
+    // The end tokens ignore_eos masks: with a constraint, its vocabulary's
+    // (the only ones its mask allows).
+    const std::vector<int32_t>& end_ids =
+        matcher_ ? params_.constraint->masker->vocab().eog_ids : eog_;
+    bool mask_eog = params_.ignore_eos && !end_ids.empty();
+    if (matcher_) {
+        prepare_mask();
+        mask_us_ = pending_mask_us_;
+        const size_t n_allowed = mask_.count();
+        if (n_allowed == 0)
+            throw Error("the grammar allows no token of the vocabulary here (it needs bytes no "
+                        "token spells)");
+        // ignore_eos: the end tokens stay masked while the grammar allows
+        // something else; a complete output that cannot go on ends anyway.
+        if (mask_eog) {
+            size_t n_eog = 0;
+            for (int32_t e : end_ids) n_eog += mask_.test(e);
+            if (n_eog == n_allowed) mask_eog = false;
+        }
+    }
+    if (matcher_ || (penalties && !reply_counts_.empty()) || mask_eog) {
         row_.assign(logits.begin(), logits.end());
+        if (matcher_) apply_mask(row_);
         if (penalties)
             for (const auto& [tok, count] : reply_counts_)
                 if (static_cast<size_t>(tok) < row_.size())
                     row_[static_cast<size_t>(tok)] -=
                         params_.presence_penalty +
                         params_.frequency_penalty * static_cast<float>(count);
-        if (params_.ignore_eos)
-            for (int32_t e : eog_)
+        if (mask_eog)
+            for (int32_t e : end_ids)
                 if (e >= 0 && static_cast<size_t>(e) < row_.size())
                     row_[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
         row = row_;
     }
     const int32_t tok = sampler_.sample(row);
+    if (matcher_) {
+        // The token was in the mask, so the grammar takes it.
+        MINFER_ASSERT_MSG(params_.constraint->masker->accept_token(*matcher_, tok),
+                          "a token of the mask refused by the grammar");
+        mask_ready_ = false;
+    }
     sampler_.accept(tok);
     ++reply_counts_[tok];
     return tok;
 }
 
 bool SequenceSampler::ends(int32_t token) const {
+    // A constrained sample's end token was taken by its grammar (allowed
+    // where the output is complete, under ignore_eos only where nothing else is).
+    if (matcher_ && matcher_->is_terminated()) return true;
     return !params_.ignore_eos && std::find(eog_.begin(), eog_.end(), token) != eog_.end();
 }
 
