@@ -1,17 +1,76 @@
-// What the server tests read from a `minfer serve` answer: the events of an
-// SSE body, an OpenAI error's shape, a value from /metrics. Shared by the
-// tests/test_serve*.cpp suites (each runs its own server on a loopback port).
+// The server tests' side of `minfer serve`: a server started on a loopback
+// port for a suite, its request log, and what the tests read from an
+// answer (the events of an SSE body, an OpenAI error's shape, a value from
+// /metrics). Shared by the tests/test_serve*.cpp suites.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "model/model.h"
+#include "serve/server.h"
+
 namespace minfer::testing {
+
+// A server on an ephemeral 127.0.0.1 port (options.port is ignored),
+// answering, with the model attached (it must outlive the server).
+inline serve::Server* start_test_server(const model::Model& model, serve::ServerOptions options,
+                                        const runtime::EngineOptions& engine_options) {
+    options.port = 0;
+    auto* server = new serve::Server(options);
+    server->bind();
+    server->start();
+    server->attach(model, engine_options);
+    return server;
+}
+
+// The request log of a suite's server: one file per process (ctest runs
+// the tests as processes side by side).
+class RequestLog {
+  public:
+    explicit RequestLog(const std::string& name)
+        : path_(::testing::TempDir() + name + "." + std::to_string(getpid()) + ".log"),
+          file_(std::fopen(path_.c_str(), "w")) {}
+    ~RequestLog() {
+        if (file_) std::fclose(file_);
+        std::remove(path_.c_str());
+    }
+    std::FILE* file() const { return file_; }  // null when it could not be made
+    std::vector<std::string> lines() const {
+        std::vector<std::string> out;
+        std::ifstream in(path_);
+        for (std::string line; std::getline(in, line);) out.push_back(line);
+        return out;
+    }
+    // The first line after the first `skip` that matches `pattern`, waiting
+    // up to 5 s (a line is written after its answer: an earlier test's may
+    // still come); empty when none comes.
+    std::string wait_line(size_t skip, const std::string& pattern) const {
+        const std::regex re(pattern);
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (std::chrono::steady_clock::now() < end) {
+            const auto all = lines();
+            for (size_t i = skip; i < all.size(); ++i)
+                if (std::regex_search(all[i], re)) return all[i];
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return {};
+    }
+
+  private:
+    std::string path_;
+    std::FILE* file_;
+};
 
 // The data events of an SSE body, [DONE] excluded (and required last).
 inline std::vector<nlohmann::json> sse_events(const std::string& body) {

@@ -53,63 +53,39 @@ class Serve : public ::testing::Test {
     static inline minfer::model::Model* model_ = nullptr;
     static inline Server* server_ = nullptr;
     static inline int port_ = 0;
-    static inline std::string log_path_;
-    static inline std::FILE* log_ = nullptr;
+    static inline minfer::testing::RequestLog* log_ = nullptr;
     static constexpr int kParallel = 8;
 
     static void SetUpTestSuite() {
         model_ = new minfer::model::Model(minfer::model::Model::load(kModelPath));
         minfer::runtime::regroup_weights_for_cpu(*model_);  // as `minfer serve` loads it
-        // One file per process: ctest runs the tests as processes side by side.
-        log_path_ = ::testing::TempDir() + "minfer_serve_test." + std::to_string(getpid()) + ".log";
-        log_ = std::fopen(log_path_.c_str(), "w");
+        log_ = new minfer::testing::RequestLog("minfer_serve_test");
         ServerOptions o;
-        o.port = 0;
         o.api_key = kKey;
         o.model_name = "kjv-tiny";
         o.max_body_bytes = 64 * 1024;
         o.queue_limit = 8;
         o.n_parallel = kParallel;
-        o.log_requests = log_ != nullptr;
-        o.log = log_;
-        server_ = new Server(o);
-        port_ = server_->bind();
-        server_->start();
+        o.log_requests = log_->file() != nullptr;
+        o.log = log_->file();
         minfer::runtime::EngineOptions eo;
         eo.n_ctx = 4096;  // room for a request that generates for a good while (ClientGone*)
         eo.n_parallel = kParallel;
         eo.n_threads = 1;
-        server_->attach(*model_, eo);
+        server_ = minfer::testing::start_test_server(*model_, o, eo);
+        port_ = server_->port();
     }
     static void TearDownTestSuite() {
         delete server_;
         delete model_;
-        if (log_) std::fclose(log_);
-        std::remove(log_path_.c_str());
+        delete log_;  // after the server: it writes to the log
         server_ = nullptr;
         model_ = nullptr;
         log_ = nullptr;
     }
-    // The request log's lines so far.
-    static std::vector<std::string> log_lines() {
-        std::vector<std::string> out;
-        std::ifstream in(log_path_);
-        for (std::string line; std::getline(in, line);) out.push_back(line);
-        return out;
-    }
-    // Waits (up to 5 s) for a log line after the first `skip` that matches
-    // `pattern` (a line is written after its answer: an earlier test's may
-    // still come).
+    static std::vector<std::string> log_lines() { return log_->lines(); }
     static std::string wait_log_line(size_t skip, const std::string& pattern) {
-        const std::regex re(pattern);
-        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        while (std::chrono::steady_clock::now() < end) {
-            const auto lines = log_lines();
-            for (size_t i = skip; i < lines.size(); ++i)
-                if (std::regex_search(lines[i], re)) return lines[i];
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        return {};
+        return log_->wait_line(skip, pattern);
     }
 
     static httplib::Client client() {

@@ -9,27 +9,24 @@
 // be enforced is a 400 naming the field and the keyword or line.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "model/model.h"
 #include "serve/server.h"
 #include "serve_client.h"
 #include "shared_files.h"
+#include "structured_corpus.h"
 
 namespace {
 
 using minfer::serve::Server;
 using minfer::serve::ServerOptions;
+using minfer::testing::CorpusSchema;
 using minfer::testing::expect_api_error;
 using minfer::testing::metric_value;
 using nlohmann::json;
@@ -44,35 +41,28 @@ class ServeStructured : public ::testing::Test {
     static inline minfer::model::Model* model_ = nullptr;
     static inline Server* server_ = nullptr;
     static inline int port_ = 0;
-    static inline std::string log_path_;
-    static inline std::FILE* log_ = nullptr;
+    static inline minfer::testing::RequestLog* log_ = nullptr;
 
     static void SetUpTestSuite() {
         if (!std::filesystem::exists(model_path())) return;  // each test skips (SetUp)
         model_ = new minfer::model::Model(minfer::model::Model::load(model_path()));
-        log_path_ =
-            ::testing::TempDir() + "minfer_serve_structured." + std::to_string(getpid()) + ".log";
-        log_ = std::fopen(log_path_.c_str(), "w");
+        log_ = new minfer::testing::RequestLog("minfer_serve_structured");
         ServerOptions o;
-        o.port = 0;
         o.model_name = "qwen2-mini";
         o.n_parallel = 4;
-        o.log_requests = log_ != nullptr;
-        o.log = log_;
-        server_ = new Server(o);
-        port_ = server_->bind();
-        server_->start();
+        o.log_requests = log_->file() != nullptr;
+        o.log = log_->file();
         minfer::runtime::EngineOptions eo;
         eo.n_ctx = 4096;
         eo.n_parallel = 4;
         eo.n_threads = 1;
-        server_->attach(*model_, eo);
+        server_ = minfer::testing::start_test_server(*model_, o, eo);
+        port_ = server_->port();
     }
     static void TearDownTestSuite() {
         delete server_;
         delete model_;
-        if (log_) std::fclose(log_);
-        if (!log_path_.empty()) std::remove(log_path_.c_str());
+        delete log_;  // after the server: it writes to the log
         server_ = nullptr;
         model_ = nullptr;
         log_ = nullptr;
@@ -89,26 +79,10 @@ class ServeStructured : public ::testing::Test {
         auto r = c.Get("/metrics");
         return r && r->status == 200 ? r->body : std::string();
     }
-    // The first line of the request log after `skip` lines that matches
-    // `pattern`, waiting up to 5 s (a line is written after its answer).
     static std::string wait_log_line(size_t skip, const std::string& pattern) {
-        const std::regex re(pattern);
-        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        while (std::chrono::steady_clock::now() < end) {
-            std::ifstream in(log_path_);
-            size_t i = 0;
-            for (std::string line; std::getline(in, line); ++i)
-                if (i >= skip && std::regex_search(line, re)) return line;
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        return {};
+        return log_->wait_line(skip, pattern);
     }
-    static size_t log_line_count() {
-        std::ifstream in(log_path_);
-        size_t n = 0;
-        for (std::string line; std::getline(in, line);) ++n;
-        return n;
-    }
+    static size_t log_line_count() { return log_->lines().size(); }
 };
 
 // A chat request without Qwen3's think block (the model's template has
@@ -254,6 +228,251 @@ TEST_F(ServeStructured, ConstraintsAreCompiledOnceAndCounted) {
     EXPECT_GT(delta("minfer_constraint_compile_seconds_sum"), 0);
     EXPECT_NE(wait_log_line(skip, "constraint=json_schema \\(compiled [0-9.]+ ms\\)"), "");
     EXPECT_NE(wait_log_line(skip, "constraint=json_schema \\(cached\\)"), "");
+}
+
+// ---------------------------------------------------------------------------
+// Replies follow their constraint, streamed or not.
+
+// One choice of an answer: the content (chat) or text (completions), the
+// tool calls, the finish reason; from a whole body or a stream's deltas.
+struct Choice {
+    std::string text, finish;
+    bool content_null = false;
+    json calls = json::array();
+};
+
+std::vector<Choice> choices_of(const httplib::Result& r, bool chat, bool stream) {
+    std::vector<Choice> out;
+    EXPECT_TRUE(r);
+    if (!r) return out;
+    EXPECT_EQ(r->status, 200) << r->body;
+    if (r->status != 200) return out;
+    auto at = [&](const json& c) -> Choice& {
+        const size_t i = c["index"];
+        if (out.size() <= i) out.resize(i + 1);
+        return out[i];
+    };
+    if (!stream) {
+        const json body = json::parse(r->body);
+        for (const auto& c : body["choices"]) {
+            Choice& x = at(c);
+            x.finish = c["finish_reason"];
+            if (!chat) {
+                x.text = c["text"];
+                continue;
+            }
+            const json& m = c["message"];
+            x.content_null = m["content"].is_null();
+            if (!x.content_null) x.text = m["content"];
+            if (m.contains("tool_calls")) x.calls = m["tool_calls"];
+        }
+        return out;
+    }
+    for (const auto& e : minfer::testing::sse_events(r->body)) {
+        for (const auto& c : e["choices"]) {
+            Choice& x = at(c);
+            if (!c["finish_reason"].is_null()) x.finish = c["finish_reason"];
+            if (!chat) {
+                x.text += c["text"].get<std::string>();
+                continue;
+            }
+            const json& d = c["delta"];
+            if (d.contains("content") && d["content"].is_string()) x.text += d["content"];
+            if (d.contains("tool_calls"))
+                for (const auto& call : d["tool_calls"]) x.calls.push_back(call);
+        }
+    }
+    return out;
+}
+
+// Validates (name, schema, text) triples with python3-jsonschema; the report.
+class Validation {
+  public:
+    void add(const std::string& name, const ojson& schema, const std::string& text) {
+        schemas_.push_back(std::make_unique<CorpusSchema>(CorpusSchema{name, schema, {}, {}}));
+        outs_.emplace_back(schemas_.back().get(), text);
+    }
+    size_t size() const { return outs_.size(); }
+    // Empty when every output parses and validates, else the report.
+    std::string failures() const {
+        int rc = 0;
+        const std::string report = minfer::testing::validate_outputs(outs_, &rc);
+        const std::string all_ok =
+            "validated " + std::to_string(outs_.size()) + " outputs, 0 failed";
+        return rc == 0 && report.find(all_ok) != std::string::npos ? std::string() : report;
+    }
+
+  private:
+    std::vector<std::unique_ptr<CorpusSchema>> schemas_;
+    std::vector<std::pair<const CorpusSchema*, std::string>> outs_;
+};
+
+#define REQUIRE_VALIDATOR()                                                          \
+    if (!minfer::testing::python_jsonschema_available())                             \
+    GTEST_SKIP() << "python3 with jsonschema is missing (scripts/setup.sh installs " \
+                    "python3-jsonschema)"
+
+// response_format json_schema: a bounded schema (every string and array has
+// a maximum), so a reply must finish: each ends "stop" and validates, at
+// temperature 0 (streamed equal to whole) and 1 (several samples).
+TEST_F(ServeStructured, JsonSchemaRepliesValidateStreamedAndNot) {
+    REQUIRE_VALIDATOR();
+    Validation v;
+    std::string greedy;
+    for (bool stream : {false, true}) {
+        for (double temp : {0.0, 1.0}) {
+            json body = with_schema(chat("Describe a person.", 400), kPersonSchema);
+            body["stream"] = stream;
+            body["temperature"] = temp;
+            body["n"] = temp > 0 ? 3 : 1;
+            body["seed"] = stream ? 11 : 5;
+            const auto cs = choices_of(post("/v1/chat/completions", body), true, stream);
+            ASSERT_EQ(cs.size(), body["n"].get<size_t>());
+            for (const auto& c : cs) {
+                EXPECT_EQ(c.finish, "stop") << c.text;
+                v.add("person", kPersonSchema, c.text);
+            }
+            if (temp == 0 && !stream) greedy = cs[0].text;
+            if (temp == 0 && stream) EXPECT_EQ(cs[0].text, greedy);
+        }
+    }
+    EXPECT_EQ(v.failures(), "");
+}
+
+// response_format json_object: any object. Unbounded: with random weights
+// a string rarely closes, so a reply is often cut by max_tokens ("length");
+// sampled near uniformly (temperature 2, no top-k / top-p / min-p) about
+// half end "stop" within 200 tokens, and each of those is an object.
+TEST_F(ServeStructured, JsonObjectRepliesAreObjects) {
+    size_t stopped = 0;
+    for (bool stream : {false, true}) {
+        json body = chat("Give me some JSON.", 200);
+        body["response_format"] = {{"type", "json_object"}};
+        body["stream"] = stream;
+        body["temperature"] = 2.0;
+        body["top_k"] = 0;
+        body["top_p"] = 1.0;
+        body["min_p"] = 0.0;
+        body["seed"] = stream ? 10 : 1;
+        body["n"] = 4;
+        for (const auto& c : choices_of(post("/v1/chat/completions", body), true, stream)) {
+            ASSERT_TRUE(c.finish == "stop" || c.finish == "length") << c.finish;
+            EXPECT_EQ(c.text.rfind("{", 0), 0u) << c.text;
+            if (c.finish != "stop") continue;
+            ++stopped;
+            const json j = json::parse(c.text, nullptr, false);
+            EXPECT_TRUE(j.is_object()) << c.text;
+        }
+    }
+    EXPECT_GE(stopped, 2u) << "too few replies finished to check";
+}
+
+// llama-server's fields: json_schema and grammar on /v1/completions (the
+// text is the constrained output, nothing around it), and grammar on chat
+// (the whole reply).
+TEST_F(ServeStructured, LlamaServerJsonSchemaAndGrammarFields) {
+    REQUIRE_VALIDATOR();
+    Validation v;
+    const std::regex answer(R"((yes|no), [0-9]{1,3}\.)");
+    for (bool stream : {false, true}) {
+        json c = {{"prompt", "Tell me about a person:"},
+                  {"max_tokens", 400},
+                  {"temperature", 1.0},
+                  {"seed", 21},
+                  {"n", 2},
+                  {"stream", stream},
+                  {"json_schema", kPersonSchema}};
+        for (const auto& x : choices_of(post("/v1/completions", c), false, stream)) {
+            EXPECT_EQ(x.finish, "stop") << x.text;
+            v.add("completions json_schema", kPersonSchema, x.text);
+        }
+        c.erase("json_schema");
+        c["grammar"] = "root ::= (\"yes\" | \"no\") \", \" [0-9]{1,3} \".\"\n";
+        for (const auto& x : choices_of(post("/v1/completions", c), false, stream)) {
+            EXPECT_EQ(x.finish, "stop") << x.text;
+            EXPECT_TRUE(std::regex_match(x.text, answer)) << x.text;
+        }
+        json b = chat("Yes or no?", 40);
+        b["grammar"] = c["grammar"];
+        b["stream"] = stream;
+        for (const auto& x : choices_of(post("/v1/chat/completions", b), true, stream)) {
+            EXPECT_EQ(x.finish, "stop") << x.text;
+            EXPECT_TRUE(std::regex_match(x.text, answer)) << x.text;
+        }
+    }
+    EXPECT_EQ(v.size(), 4u);
+    EXPECT_EQ(v.failures(), "");
+}
+
+const json kTimeTool = json::parse(R"({"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object",
+        "properties": {"tz": {"enum": ["UTC", "CET"]}}, "required": ["tz"],
+        "additionalProperties": false}}})");
+
+// tool_choice required / named on Qwen's vocabulary: the reply is exactly
+// one call (parallel_tool_calls false) of an offered tool, or the named
+// one, with arguments valid against its parameters; finish "tool_calls".
+TEST_F(ServeStructured, ForcedToolCallsHaveValidArguments) {
+    REQUIRE_VALIDATOR();
+    Validation v;
+    auto params = [](const std::string& name) {
+        return ojson::parse(
+            (name == "get_time" ? kTimeTool : kWeatherTool)["function"]["parameters"].dump());
+    };
+    for (bool stream : {false, true}) {
+        for (const json& choice :
+             {json("required"), json{{"type", "function"}, {"function", {{"name", "get_time"}}}}}) {
+            SCOPED_TRACE(choice.dump() + (stream ? " streamed" : ""));
+            json body = chat("What is the weather?", 200);
+            body["tools"] = {kWeatherTool, kTimeTool};
+            body["tool_choice"] = choice;
+            body["parallel_tool_calls"] = false;
+            body["stream"] = stream;
+            body["temperature"] = 1.0;
+            body["seed"] = 8;
+            body["n"] = 3;
+            for (const auto& c : choices_of(post("/v1/chat/completions", body), true, stream)) {
+                EXPECT_EQ(c.finish, "tool_calls") << c.text << c.calls.dump();
+                EXPECT_EQ(c.text, "");
+                if (!stream) {
+                    EXPECT_TRUE(c.content_null);
+                }
+                ASSERT_EQ(c.calls.size(), 1u) << c.calls.dump();
+                const std::string name = c.calls[0]["function"]["name"];
+                if (choice.is_object()) {
+                    EXPECT_EQ(name, "get_time");
+                }
+                ASSERT_TRUE(name == "get_time" || name == "get_weather") << name;
+                v.add(name, params(name), c.calls[0]["function"]["arguments"]);
+            }
+        }
+    }
+    EXPECT_EQ(v.size(), 12u);
+    EXPECT_EQ(v.failures(), "");
+}
+
+// Each constrained token's mask time reaches /metrics (p50, p99, count) and
+// the request's log line.
+TEST_F(ServeStructured, MaskTimesInMetricsAndLog) {
+    const std::string m0 = metrics();
+    const size_t skip = log_line_count();
+    auto r = post("/v1/chat/completions", with_schema(chat("Who?", 400), kPersonSchema));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const int64_t tokens = json::parse(r->body)["usage"]["completion_tokens"];
+    ASSERT_GT(tokens, 5);
+    const std::string m1 = metrics();
+    EXPECT_EQ(metric_value(m1, "minfer_constraint_mask_microseconds_count") -
+                  metric_value(m0, "minfer_constraint_mask_microseconds_count"),
+              tokens);
+    EXPECT_GT(metric_value(m1, "minfer_constraint_mask_microseconds{quantile=\"0.5\"}"), 0);
+    EXPECT_GE(metric_value(m1, "minfer_constraint_mask_microseconds{quantile=\"0.99\"}"),
+              metric_value(m1, "minfer_constraint_mask_microseconds{quantile=\"0.5\"}"));
+    EXPECT_GE(metric_value(m1, "minfer_constraint_mask_wait_seconds_total"), 0);
+    EXPECT_NE(wait_log_line(skip, "generated=" + std::to_string(tokens) +
+                                      " .*constraint=json_schema .* mask p50=[0-9.]+ us "
+                                      "p99=[0-9.]+ us"),
+              "");
 }
 
 }  // namespace

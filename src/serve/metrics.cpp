@@ -47,6 +47,19 @@ void Metrics::constrained_request(const std::string& kind, bool cache_hit, doubl
     }
 }
 
+void Metrics::mask_times(const std::vector<float>& us) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (float x : us) {
+        if (mask_us_.size() < kMaskWindow)
+            mask_us_.push_back(x);
+        else
+            mask_us_[mask_next_] = x;
+        mask_next_ = (mask_next_ + 1) % kMaskWindow;
+        mask_sum_us_ += x;
+        ++mask_count_;
+    }
+}
+
 void Metrics::constraint_refused() {
     std::lock_guard<std::mutex> lk(mu_);
     ++constraint_refused_;
@@ -134,6 +147,26 @@ std::string Metrics::render(const runtime::EngineStats& s, bool ready) const {
           static_cast<double>(constraint_refused_), "counter");
     compile_.write(out, "minfer_constraint_compile_seconds",
                    "time to parse and compile a grammar (cache misses)");
+    char line[256];
+    out +=
+        "# HELP minfer_constraint_mask_microseconds time to compute a constrained token's mask "
+        "(CPU, on the mask thread; quantiles of the last 65536 tokens)\n"
+        "# TYPE minfer_constraint_mask_microseconds summary\n";
+    for (double q : {0.5, 0.99}) {
+        std::snprintf(line, sizeof line,
+                      "minfer_constraint_mask_microseconds{quantile=\"%g\"} %.17g\n", q,
+                      quantile(mask_us_, q));
+        out += line;
+    }
+    std::snprintf(line, sizeof line,
+                  "minfer_constraint_mask_microseconds_sum %.17g\n"
+                  "minfer_constraint_mask_microseconds_count %llu\n",
+                  mask_sum_us_, static_cast<unsigned long long>(mask_count_));
+    out += line;
+    gauge("minfer_constraint_mask_wait_seconds_total",
+          "time sampling waited for masks after the forward pass had ended (the mask work the "
+          "pass did not hide)",
+          s.mask_wait_ms / 1e3, "counter");
     return out;
 }
 

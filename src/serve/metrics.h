@@ -44,6 +44,8 @@ class Metrics {
     // from the cache, and (on a miss) the compile time.
     void constrained_request(const std::string& kind, bool cache_hit, double compile_ms);
     void constraint_refused();  // a grammar that does not compile (answered 400)
+    // A constrained sample's mask time per sampled token (RequestResult::mask_us).
+    void mask_times(const std::vector<float>& us);
     std::string render(const runtime::EngineStats& s, bool ready) const;
 
   private:
@@ -53,6 +55,13 @@ class Metrics {
     std::array<uint64_t, kConstraintKinds.size()> constrained_{};
     uint64_t constraint_hits_ = 0, constraint_misses_ = 0, constraint_refused_ = 0;
     Histogram compile_;
+    // The last kMaskWindow mask times (a ring): /metrics' p50 and p99 are
+    // those of recent tokens; sum and count are since start.
+    static constexpr size_t kMaskWindow = 1 << 16;
+    std::vector<float> mask_us_;
+    size_t mask_next_ = 0;
+    double mask_sum_us_ = 0;
+    uint64_t mask_count_ = 0;
 };
 
 }  // namespace minfer::serve

@@ -601,6 +601,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
                 if (first == 0 && r.sample == 0 && r.reason != runtime::FinishReason::Cancelled &&
                     r.reason != runtime::FinishReason::Error)
                     metrics.first_token(r.t_first_token_ms / 1e3);
+                metrics.mask_times(r.mask_us);
                 if (job->done()) {
                     std::lock_guard<std::mutex> lk2(jobs_mu);
                     for (auto id : job->ids) live.erase(id);
@@ -660,8 +661,15 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
                       static_cast<long long>(n_prompt), static_cast<long long>(cached),
                       static_cast<long long>(gen), ttft, ms_between(job->t_start, Clock::now()),
                       cancelled ? " cancelled" : "");
-        return constraint_detail.empty() ? std::string(buf)
-                                         : std::string(buf) + " " + constraint_detail;
+        if (constraint_detail.empty()) return std::string(buf);
+        // The mask time per token of every sample (the engine's, for this request).
+        std::vector<float> mask_us;
+        for (const auto& s : job->samples)
+            mask_us.insert(mask_us.end(), s.result.mask_us.begin(), s.result.mask_us.end());
+        char mask[96];
+        std::snprintf(mask, sizeof mask, " mask p50=%.1f us p99=%.1f us", quantile(mask_us, 0.5),
+                      quantile(mask_us, 0.99));
+        return std::string(buf) + " " + constraint_detail + mask;
     };
 
     if (!job->req.stream) {
