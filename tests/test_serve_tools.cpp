@@ -374,6 +374,17 @@ const json kTimeTool = json::parse(R"({"type": "function", "function": {
         "properties": {"tz": {"enum": ["UTC", "CET"]}}, "required": ["tz"],
         "additionalProperties": false}}})");
 
+// The reply to a chat request to the server on `port`, whole or streamed
+// (empty, after a failure, when the answer is not a 200).
+Reply reply_to(int port, const json& body, bool stream) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(30);
+    auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : std::string("no answer"));
+    if (!r || r->status != 200) return {};
+    return stream ? streamed_reply(r->body) : whole_reply(json::parse(r->body));
+}
+
 // tool_choice "required": the script's content ("Let me check.") is not
 // allowed, so the model takes its second choice after </think>, the call;
 // the think block stays (reasoning_content). Whole and streamed alike.
@@ -382,10 +393,7 @@ TEST_F(ServeTools, RequiredToolChoiceIsACallOnly) {
         SCOPED_TRACE(stream ? "streamed" : "not streamed");
         json body = weather_request(stream);
         body["tool_choice"] = "required";
-        auto r = post("/v1/chat/completions", body);
-        ASSERT_TRUE(r);
-        ASSERT_EQ(r->status, 200) << r->body;
-        const Reply reply = stream ? streamed_reply(r->body) : whole_reply(json::parse(r->body));
+        const Reply reply = reply_to(port_, body, stream);
         EXPECT_EQ(reply.finish, "tool_calls");
         EXPECT_EQ(reply.reasoning, "\nI should call the tool.\n");
         EXPECT_EQ(reply.content, "") << "content in a forced call";
@@ -408,10 +416,7 @@ TEST_F(ServeTools, NamedToolChoiceCallsThatFunction) {
         body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
         body["max_tokens"] = 80;  // written byte by byte where the script is refused
         body["parallel_tool_calls"] = false;
-        auto r = post("/v1/chat/completions", body);
-        ASSERT_TRUE(r);
-        ASSERT_EQ(r->status, 200) << r->body;
-        const Reply reply = stream ? streamed_reply(r->body) : whole_reply(json::parse(r->body));
+        const Reply reply = reply_to(port_, body, stream);
         EXPECT_EQ(reply.finish, "tool_calls");
         EXPECT_EQ(reply.content, "");
         ASSERT_EQ(reply.calls.size(), 1u) << reply.calls.dump();
@@ -433,10 +438,7 @@ TEST_F(ServeTools, RequiredToolChoiceWithoutThinking) {
     body["max_tokens"] = 80;  // written byte by byte where the script is refused
     body["parallel_tool_calls"] = false;
     body["chat_template_kwargs"] = {{"enable_thinking", false}};
-    auto r = post("/v1/chat/completions", body);
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 200) << r->body;
-    const Reply reply = whole_reply(json::parse(r->body));
+    const Reply reply = reply_to(port_, body, false);
     EXPECT_EQ(reply.finish, "tool_calls");
     EXPECT_TRUE(reply.content_null) << reply.content;
     EXPECT_EQ(reply.reasoning, "");
