@@ -295,7 +295,8 @@ int cmd_batched_bench(int argc, char** argv, int first) {
                         "waited %.2f ms for masks\n",
                         static_cast<long long>(complete), static_cast<long long>(pl),
                         static_cast<double>(generated) / static_cast<double>(pl),
-                        mask_time_summary(mask_us).c_str(), mask_time_summary(mask_first_us).c_str(),
+                        mask_time_summary(mask_us).c_str(),
+                        mask_time_summary(mask_first_us).c_str(),
                         engine.stats().mask_wait_ms - mask_wait_before);
                 std::fflush(table);
                 if (output == "json") {

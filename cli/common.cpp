@@ -124,8 +124,8 @@ std::shared_ptr<const structured::Constraint> ConstraintFlags::compile(
                              : !json_schema_file.empty() ? "--json-schema-file " + json_schema_file
                              : !grammar.empty()          ? "--grammar"
                                                          : "--grammar-file " + grammar_file;
-    auto vocab = std::make_shared<const structured::TokenVocab>(
-        structured::TokenVocab::from_tokenizer(tok));
+    auto vocab =
+        std::make_shared<const structured::TokenVocab>(structured::TokenVocab::from_tokenizer(tok));
     try {
         return structured::compile_constraint(text, std::move(vocab));
     } catch (const Error& e) {

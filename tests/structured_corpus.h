@@ -115,8 +115,8 @@ inline bool python_jsonschema_available() {
 }
 
 // Runs scripts/validate_json.py over the outputs; returns its report.
-inline std::string validate_outputs(const std::vector<std::pair<const CorpusSchema*, std::string>>& outs,
-                             int* exit_code) {
+inline std::string validate_outputs(
+    const std::vector<std::pair<const CorpusSchema*, std::string>>& outs, int* exit_code) {
     auto dir = std::filesystem::temp_directory_path();
     std::string in = (dir / ("minfer_structured_" + std::to_string(getpid()) + ".jsonl")).string();
     std::string report = in + ".out";

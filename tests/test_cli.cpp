@@ -370,9 +370,9 @@ TEST(Cli, JsonSchemaConstrainsTheOutput) {
     auto inline_schema = run_cli("-p 'And God said' -n 120 --temp 0 --no-display-prompt -j '" +
                                  std::string(kVerseSchema) + "'");
     ASSERT_EQ(inline_schema.code, 0) << inline_schema.err;
-    EXPECT_EQ(inline_schema.out,
-              run_cli("-p 'And God said' -n 120 --temp 0 --no-display-prompt -jf " + schema.path)
-                  .out);
+    EXPECT_EQ(
+        inline_schema.out,
+        run_cli("-p 'And God said' -n 120 --temp 0 --no-display-prompt -jf " + schema.path).out);
     TempText gbnf("yes.gbnf", "root ::= answer \".\"\nanswer ::= \"yes\" | \"no\"\n");
     for (const std::string flag : {"--grammar-file " + gbnf.path,
                                    std::string("--grammar 'root ::= (\"yes\" | \"no\") \".\"'")}) {
@@ -413,8 +413,7 @@ TEST(Cli, BadSchemaOrGrammarIsAnErrorNamingWhatIsWrong) {
 // counts the tokens generated, and a line per row gives the masks' times.
 TEST(BatchedBench, JsonSchemaFileConstrainsEverySequence) {
     TempText schema("bench.json", kVerseSchema);
-    auto r = run_cli("batched-bench -c 1024 -b 64 -t 2 -npp 8 -ntg 12 -npl 1,3 -jf " +
-                     schema.path);
+    auto r = run_cli("batched-bench -c 1024 -b 64 -t 2 -npp 8 -ntg 12 -npl 1,3 -jf " + schema.path);
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_TRUE(has(r.err, "compiled in")) << r.err;
     EXPECT_TRUE(has(r.out, "constraint: ")) << r.out;

@@ -1136,8 +1136,7 @@ namespace {
 std::shared_ptr<const structured::Constraint> tiny_constraint(const std::string& schema) {
     static const auto vocab = std::make_shared<const structured::TokenVocab>(
         structured::TokenVocab::from_tokenizer(tokenizer::Tokenizer::from_gguf(tiny().file)));
-    return structured::compile_constraint(
-        structured::json_schema_text_to_gbnf(schema), vocab);
+    return structured::compile_constraint(structured::json_schema_text_to_gbnf(schema), vocab);
 }
 
 const char* const kTinySchema =
@@ -1179,8 +1178,8 @@ Output run_alone(const runtime::GenParams& gp) {
     std::string text;
     for (int32_t t : r.tokens) {
         if (!c.masker->accept_token(m, t))
-            return ::testing::AssertionFailure() << "token " << t << " refused after '" << text
-                                                 << "'";
+            return ::testing::AssertionFailure()
+                   << "token " << t << " refused after '" << text << "'";
         text += tok.token_to_piece(t, false);
     }
     if (r.result.reason == runtime::FinishReason::Length) return ::testing::AssertionSuccess();
@@ -1249,9 +1248,9 @@ TEST(Engine, ConstrainedSequencesAloneAndBatchedAreBitwise) {
             const std::vector<float> ref = alone(m, toks, 512, tensor::DType::F32);
             for (size_t g = 0; g < r.tokens.size(); ++g) {
                 const int64_t pos = static_cast<int64_t>(reqs[i].prompt.size() + g) - 1;
-                ASSERT_EQ(0, std::memcmp(rec.rows.at({ids[i], 0, pos}).data(),
-                                         ref.data() + pos * n_vocab,
-                                         static_cast<size_t>(n_vocab) * 4))
+                ASSERT_EQ(
+                    0, std::memcmp(rec.rows.at({ids[i], 0, pos}).data(), ref.data() + pos * n_vocab,
+                                   static_cast<size_t>(n_vocab) * 4))
                     << "position " << pos;
             }
             if (!reqs[i].constraint) {

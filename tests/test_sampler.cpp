@@ -5,8 +5,8 @@
 
 #include "runtime/sample_text.h"
 #include "runtime/sampler.h"
-#include "tiny_model.h"
 #include "structured/constraint.h"
+#include "tiny_model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 

@@ -880,8 +880,7 @@ RequestId Engine::submit(GenParams params, RequestCallbacks callbacks) {
                     " must be between 1 and the parallel sequences (" +
                     std::to_string(im.opt.n_parallel) + ")");
     if (params.top_logprobs > 20) throw Error("top_logprobs is limited to 20");
-    if (params.constraint &&
-        params.constraint->masker->vocab().n_vocab() > im.model.hp.n_vocab)
+    if (params.constraint && params.constraint->masker->vocab().n_vocab() > im.model.hp.n_vocab)
         throw Error("the constraint's vocabulary has " +
                     std::to_string(params.constraint->masker->vocab().n_vocab()) +
                     " tokens, the model " + std::to_string(im.model.hp.n_vocab) +

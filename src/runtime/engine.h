@@ -59,7 +59,7 @@ struct GenParams {
     float presence_penalty = 0.0f;   // OpenAI's: subtracted once per token seen in the output
     float frequency_penalty = 0.0f;  // OpenAI's: subtracted per occurrence in the output
     bool ignore_eos = false;
-    int32_t n_samples = 1;      // parallel samples forked from one prompt (share its pages)
+    int32_t n_samples = 1;  // parallel samples forked from one prompt (share its pages)
     // -1: no logprobs; 0..20: the chosen token's and the top N. They are the
     // model's distribution (log-softmax of its logits), before penalties and
     // before a constraint's mask, as vLLM's default: a token the grammar

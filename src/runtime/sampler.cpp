@@ -155,8 +155,9 @@ int32_t SequenceSampler::sample(std::span<const float> logits) {
         mask_us_ = pending_mask_us_;
         const size_t n_allowed = mask_.count();
         if (n_allowed == 0)
-            throw Error("the grammar allows no token of the vocabulary here (it needs bytes no "
-                        "token spells)");
+            throw Error(
+                "the grammar allows no token of the vocabulary here (it needs bytes no "
+                "token spells)");
         // ignore_eos: the end tokens stay masked while the grammar allows
         // something else; a complete output that cannot go on ends anyway.
         if (mask_eog) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <numeric>
 
 #include "tokenizer/tokenizer.h"
@@ -134,8 +135,11 @@ TokenVocab TokenVocab::from_bytes(std::vector<std::string> bytes, std::vector<bo
     std::sort(v.sorted_ids.begin(), v.sorted_ids.end(),
               [&](int32_t a, int32_t b) { return v.bytes[a] < v.bytes[b]; });
     v.shared_prefix.resize(v.sorted_ids.size(), 0);
+    v.sorted_begin.reserve(v.sorted_ids.size() + 1);
     for (size_t i = 0; i < v.sorted_ids.size(); ++i) {
         const std::string& t = v.bytes[v.sorted_ids[i]];
+        v.sorted_begin.push_back(uint32_t(v.sorted_bytes.size()));
+        v.sorted_bytes += t;
         v.max_len = std::max(v.max_len, t.size());
         if (i == 0) continue;
         const std::string& p = v.bytes[v.sorted_ids[i - 1]];
@@ -143,6 +147,9 @@ TokenVocab TokenVocab::from_bytes(std::vector<std::string> bytes, std::vector<bo
         while (k < t.size() && k < p.size() && t[k] == p[k]) ++k;
         v.shared_prefix[i] = uint32_t(k);
     }
+    if (v.sorted_bytes.size() > UINT32_MAX)
+        throw Error("token vocabulary: more than 4 GiB of token bytes");
+    v.sorted_begin.push_back(uint32_t(v.sorted_bytes.size()));
     return v;
 }
 
@@ -260,7 +267,8 @@ std::unique_ptr<TokenMasker::NodeMask> TokenMasker::build_node_mask(int32_t node
     std::vector<uint16_t> offsets;
     for (size_t i = 0; i < v.sorted_ids.size(); ++i) {
         const int32_t id = v.sorted_ids[i];
-        const std::string& t = v.bytes[id];
+        const std::string_view t(v.sorted_bytes.data() + v.sorted_begin[i],
+                                 v.sorted_begin[i + 1] - v.sorted_begin[i]);
         size_t d = v.shared_prefix[i];
         if (d > valid) {
             d = valid;  // the first valid + 1 bytes are the prefix that died

@@ -83,6 +83,12 @@ struct TokenVocab {
     // of the prefix it shares with the one before.
     std::vector<int32_t> sorted_ids;
     std::vector<uint32_t> shared_prefix;
+    // The sorted tokens' bytes back to back, in that order (token k of the
+    // order is [sorted_begin[k], sorted_begin[k + 1])): a node's walk over
+    // the vocabulary reads them in sequence instead of chasing each token's
+    // string around the heap, which was most of its time.
+    std::string sorted_bytes;
+    std::vector<uint32_t> sorted_begin;  // [sorted_ids + 1]
     size_t max_len = 0;
 
     int32_t n_vocab() const { return int32_t(bytes.size()); }
