@@ -146,7 +146,8 @@ TEST_F(ServeStructured, UnenforceableConstraintsAre400NamingTheKeyword) {
     b["response_format"] = {
         {"type", "json_schema"},
         {"json_schema", {{"name", "x"}, {"schema", json::object()}, {"strict", "yes"}}}};
-    expect_400(b, "'strict' must be true or false", "strict");
+    expect_400(b, "'response_format.json_schema.strict' must be true or false",
+               "response_format.json_schema.strict");
     // llama-server's fields, on both endpoints.
     json c = {{"prompt", "Hi"},
               {"max_tokens", 4},

@@ -293,7 +293,9 @@ ContentConstraint parse_content_constraint(const json& b) {
             if (has(js, "name") && !js["name"].is_string())
                 throw ApiError(400, "'" + where + ".name' must be a string", where + ".name");
             // strict false asks for best effort; the schema is enforced either way.
-            if (has(js, "strict")) get_bool(js, "strict");
+            if (has(js, "strict") && !js["strict"].is_boolean())
+                throw ApiError(400, "'" + where + ".strict' must be true or false",
+                               where + ".strict");
             // No schema: any JSON value.
             const json schema = has(js, "schema") ? js["schema"] : json::object();
             found.push_back(
