@@ -32,6 +32,7 @@
 #include "runtime/engine_impl.h"
 #include "runtime/session.h"
 #include "serve/server.h"
+#include "serve_client.h"
 
 namespace {
 
@@ -52,63 +53,39 @@ class Serve : public ::testing::Test {
     static inline minfer::model::Model* model_ = nullptr;
     static inline Server* server_ = nullptr;
     static inline int port_ = 0;
-    static inline std::string log_path_;
-    static inline std::FILE* log_ = nullptr;
+    static inline minfer::testing::RequestLog* log_ = nullptr;
     static constexpr int kParallel = 8;
 
     static void SetUpTestSuite() {
         model_ = new minfer::model::Model(minfer::model::Model::load(kModelPath));
         minfer::runtime::regroup_weights_for_cpu(*model_);  // as `minfer serve` loads it
-        // One file per process: ctest runs the tests as processes side by side.
-        log_path_ = ::testing::TempDir() + "minfer_serve_test." + std::to_string(getpid()) + ".log";
-        log_ = std::fopen(log_path_.c_str(), "w");
+        log_ = new minfer::testing::RequestLog("minfer_serve_test");
         ServerOptions o;
-        o.port = 0;
         o.api_key = kKey;
         o.model_name = "kjv-tiny";
         o.max_body_bytes = 64 * 1024;
         o.queue_limit = 8;
         o.n_parallel = kParallel;
-        o.log_requests = log_ != nullptr;
-        o.log = log_;
-        server_ = new Server(o);
-        port_ = server_->bind();
-        server_->start();
+        o.log_requests = log_->file() != nullptr;
+        o.log = log_->file();
         minfer::runtime::EngineOptions eo;
         eo.n_ctx = 4096;  // room for a request that generates for a good while (ClientGone*)
         eo.n_parallel = kParallel;
         eo.n_threads = 1;
-        server_->attach(*model_, eo);
+        server_ = minfer::testing::start_test_server(*model_, o, eo);
+        port_ = server_->port();
     }
     static void TearDownTestSuite() {
         delete server_;
         delete model_;
-        if (log_) std::fclose(log_);
-        std::remove(log_path_.c_str());
+        delete log_;  // after the server: it writes to the log
         server_ = nullptr;
         model_ = nullptr;
         log_ = nullptr;
     }
-    // The request log's lines so far.
-    static std::vector<std::string> log_lines() {
-        std::vector<std::string> out;
-        std::ifstream in(log_path_);
-        for (std::string line; std::getline(in, line);) out.push_back(line);
-        return out;
-    }
-    // Waits (up to 5 s) for a log line after the first `skip` that matches
-    // `pattern` (a line is written after its answer: an earlier test's may
-    // still come).
+    static std::vector<std::string> log_lines() { return log_->lines(); }
     static std::string wait_log_line(size_t skip, const std::string& pattern) {
-        const std::regex re(pattern);
-        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-        while (std::chrono::steady_clock::now() < end) {
-            const auto lines = log_lines();
-            for (size_t i = skip; i < lines.size(); ++i)
-                if (std::regex_search(lines[i], re)) return lines[i];
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        return {};
+        return log_->wait_line(skip, pattern);
     }
 
     static httplib::Client client() {
@@ -127,38 +104,16 @@ class Serve : public ::testing::Test {
         EXPECT_EQ(r->status, 200) << r->body;
         return json::parse(r->body);
     }
-    // The data events of an SSE body, [DONE] excluded (and required last).
     static std::vector<json> sse_events(const std::string& body) {
-        std::vector<json> out;
-        size_t pos = 0;
-        bool done = false;
-        while (pos < body.size()) {
-            size_t end = body.find("\n\n", pos);
-            EXPECT_NE(end, std::string::npos) << "an event not ended by a blank line";
-            if (end == std::string::npos) break;
-            std::string ev = body.substr(pos, end - pos);
-            pos = end + 2;
-            EXPECT_EQ(ev.rfind("data: ", 0), 0u) << ev;
-            std::string data = ev.substr(6);
-            EXPECT_FALSE(done) << "an event after [DONE]";
-            if (data == "[DONE]") {
-                done = true;
-                continue;
-            }
-            out.push_back(json::parse(data));
-        }
-        EXPECT_TRUE(done) << "no data: [DONE]";
-        return out;
+        return minfer::testing::sse_events(body);
     }
-    // A gauge's value from /metrics.
+    // A gauge's value from /metrics (-1: no answer, -2: no such line).
     static double metric(const std::string& name) {
         auto c = client();
         auto r = c.Get("/metrics");
         if (!r || r->status != 200) return -1;
-        std::regex re("\n" + name + " ([0-9.e+-]+)\n");
-        std::smatch m;
-        if (!std::regex_search(r->body, m, re)) return -2;
-        return std::stod(m[1]);
+        const double v = minfer::testing::metric_value(r->body, name);
+        return v < 0 ? -2 : v;
     }
     static bool wait_idle(double seconds) {
         const auto end = std::chrono::steady_clock::now() +
@@ -172,19 +127,7 @@ class Serve : public ::testing::Test {
         return false;
     }
     static void expect_error(const httplib::Result& r, int status, const std::string& needle) {
-        ASSERT_TRUE(r);
-        EXPECT_EQ(r->status, status) << r->body;
-        json j = json::parse(r->body, nullptr, false);
-        ASSERT_TRUE(j.is_object()) << r->body;
-        ASSERT_TRUE(j.contains("error")) << r->body;
-        EXPECT_TRUE(j["error"]["message"].is_string());
-        EXPECT_TRUE(j["error"]["type"].is_string());
-        // OpenAI's shape: code is a string or null (never the HTTP status),
-        // param a string or null.
-        EXPECT_TRUE(j["error"]["code"].is_string() || j["error"]["code"].is_null()) << r->body;
-        EXPECT_TRUE(j["error"]["param"].is_string() || j["error"]["param"].is_null()) << r->body;
-        EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos)
-            << j["error"]["message"];
+        minfer::testing::expect_api_error(r, status, needle);
     }
 };
 
@@ -450,7 +393,7 @@ TEST_F(Serve, ErrorStatusesAsOpenAIShapesThem) {
     b["messages"][1]["role"] = "wizard";
     expect_error(post("/v1/chat/completions", b), 400, "role");
     b = chat_body("hi", 4);
-    b["response_format"] = {{"type", "json_object"}};
+    b["response_format"] = {{"type", "yaml"}};
     expect_error(post("/v1/chat/completions", b), 400, "response_format");
     // A user message without content would generate from nothing: refused by name.
     b = chat_body("hi", 4);

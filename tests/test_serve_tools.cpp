@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,6 +17,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "serve/server.h"
+#include "serve_client.h"
 #include "tiny_model.h"
 
 namespace {
@@ -35,6 +37,15 @@ const std::vector<std::string> kScript = {
     "<tool_call>",  "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n",
     "</tool_call>", "\n \n",
     "<|im_end|>",
+};
+// Second choices (half the logit of the script's next token): what the
+// model writes where a grammar forbids its first choice. A forced call
+// skips the content after </think> and the blanks after </tool_call>. Every
+// other token has logit 0: where the grammar forbids the script, greedy
+// decoding takes the lowest allowed token id.
+const std::vector<std::pair<std::string, std::string>> kSecondChoice = {
+    {"</think>", "<tool_call>"},
+    {"</tool_call>", "<|im_end|>"},
 };
 
 // Bytes in GPT-2's byte-to-unicode spelling (how a normal token is stored).
@@ -77,10 +88,14 @@ std::vector<uint8_t> scripted_model() {
         types.push_back(3);  // control
     }
     std::vector<int32_t> chain = {'\n'};
-    for (const auto& piece : kScript) {
-        int32_t id = -1;
+    auto find = [&](const std::string& piece) {
         for (size_t i = 256; i < tokens.size(); ++i)
-            if (tokens[i] == piece) id = static_cast<int32_t>(i);
+            if (tokens[i] == piece || tokens[i] == byte_level(piece))
+                return static_cast<int32_t>(i);
+        return -1;
+    };
+    for (const auto& piece : kScript) {
+        int32_t id = find(piece);
         if (id < 0) {
             const bool tag = piece.front() == '<';
             id = static_cast<int32_t>(tokens.size());
@@ -112,6 +127,11 @@ std::vector<uint8_t> scripted_model() {
         embd[static_cast<size_t>(chain[slot] * E) + slot] = 1.0f;
         out[static_cast<size_t>(chain[slot + 1] * E) + slot] = 10.0f;
     }
+    for (const auto& [piece, second] : kSecondChoice) {
+        const auto slot =
+            static_cast<size_t>(std::find(chain.begin(), chain.end(), find(piece)) - chain.begin());
+        out[static_cast<size_t>(find(second) * E) + slot] = 5.0f;
+    }
     add("token_embd.weight", {E, n_vocab}, embd);
     add("output.weight", {E, n_vocab}, out);
     add("output_norm.weight", {E}, ones(E));
@@ -142,18 +162,15 @@ class ServeTools : public ::testing::Test {
         model_ = new minfer::model::Model(
             minfer::model::Model::from_file(gguf::File::parse(bytes_->data(), bytes_->size())));
         ServerOptions o;
-        o.port = 0;
         o.model_name = "scripted";
         o.n_parallel = 2;
         o.log_requests = false;
-        server_ = new Server(o);
-        port_ = server_->bind();
-        server_->start();
         minfer::runtime::EngineOptions eo;
         eo.n_ctx = 2048;
         eo.n_parallel = 2;
         eo.n_threads = 1;
-        server_->attach(*model_, eo);
+        server_ = minfer::testing::start_test_server(*model_, o, eo);
+        port_ = server_->port();
     }
     static void TearDownTestSuite() {
         delete server_;
@@ -347,6 +364,93 @@ TEST_F(ServeTools, ToolResultsAreSentBack) {
               json::parse(tok->body)["tokens"].size());
     // The model (a fixed script) calls the tool again: the turn ran through.
     EXPECT_EQ(json::parse(second->body)["choices"][0]["finish_reason"], "tool_calls");
+}
+
+// ---------------------------------------------------------------------------
+// Forced tool calls: the reply is constrained to Qwen's tool-call format.
+
+const json kTimeTool = json::parse(R"({"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object",
+        "properties": {"tz": {"enum": ["UTC", "CET"]}}, "required": ["tz"],
+        "additionalProperties": false}}})");
+
+// The reply to a chat request to the server on `port`, whole or streamed
+// (empty, after a failure, when the answer is not a 200).
+Reply reply_to(int port, const json& body, bool stream) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(30);
+    auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : std::string("no answer"));
+    if (!r || r->status != 200) return {};
+    return stream ? streamed_reply(r->body) : whole_reply(json::parse(r->body));
+}
+
+// tool_choice "required": the script's content ("Let me check.") is not
+// allowed, so the model takes its second choice after </think>, the call;
+// the think block stays (reasoning_content). Whole and streamed alike.
+TEST_F(ServeTools, RequiredToolChoiceIsACallOnly) {
+    for (bool stream : {false, true}) {
+        SCOPED_TRACE(stream ? "streamed" : "not streamed");
+        json body = weather_request(stream);
+        body["tool_choice"] = "required";
+        const Reply reply = reply_to(port_, body, stream);
+        EXPECT_EQ(reply.finish, "tool_calls");
+        EXPECT_EQ(reply.reasoning, "\nI should call the tool.\n");
+        EXPECT_EQ(reply.content, "") << "content in a forced call";
+        if (!stream) {
+            EXPECT_TRUE(reply.content_null);
+        }
+        ASSERT_EQ(reply.calls.size(), 1u) << reply.calls.dump();
+        EXPECT_EQ(reply.calls[0]["function"]["name"], "get_weather");
+        EXPECT_EQ(reply.calls[0]["function"]["arguments"], R"({"city":"Paris"})");
+    }
+}
+
+// A named function the script does not call: the grammar writes its name
+// and its arguments (an enum) where the script would name get_weather.
+TEST_F(ServeTools, NamedToolChoiceCallsThatFunction) {
+    for (bool stream : {false, true}) {
+        SCOPED_TRACE(stream ? "streamed" : "not streamed");
+        json body = weather_request(stream);
+        body["tools"] = {kWeatherTool, kTimeTool};
+        body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+        body["max_tokens"] = 80;  // written byte by byte where the script is refused
+        body["parallel_tool_calls"] = false;
+        const Reply reply = reply_to(port_, body, stream);
+        EXPECT_EQ(reply.finish, "tool_calls");
+        EXPECT_EQ(reply.content, "");
+        ASSERT_EQ(reply.calls.size(), 1u) << reply.calls.dump();
+        EXPECT_EQ(reply.calls[0]["function"]["name"], "get_time");
+        const json args = json::parse(reply.calls[0]["function"]["arguments"].get<std::string>());
+        ASSERT_TRUE(args.is_object()) << args.dump();
+        ASSERT_EQ(args.size(), 1u) << args.dump();
+        EXPECT_TRUE(args["tz"] == "UTC" || args["tz"] == "CET") << args.dump();
+    }
+}
+
+// Thinking off (Qwen3's enable_thinking false; the Qwen2.5 case): the
+// grammar has no think block, so the script's <think> is refused too and
+// the reply is the call alone.
+TEST_F(ServeTools, RequiredToolChoiceWithoutThinking) {
+    json body = weather_request(false);
+    body["tools"] = {kWeatherTool, kTimeTool};
+    body["tool_choice"] = "required";
+    body["max_tokens"] = 80;  // written byte by byte where the script is refused
+    body["parallel_tool_calls"] = false;
+    body["chat_template_kwargs"] = {{"enable_thinking", false}};
+    const Reply reply = reply_to(port_, body, false);
+    EXPECT_EQ(reply.finish, "tool_calls");
+    EXPECT_TRUE(reply.content_null) << reply.content;
+    EXPECT_EQ(reply.reasoning, "");
+    ASSERT_EQ(reply.calls.size(), 1u) << reply.calls.dump();
+    const std::string name = reply.calls[0]["function"]["name"];
+    const json args = json::parse(reply.calls[0]["function"]["arguments"].get<std::string>());
+    if (name == "get_time")
+        EXPECT_TRUE(args == json::parse(R"({"tz": "UTC"})") ||
+                    args == json::parse(R"({"tz": "CET"})"))
+            << args.dump();
+    else
+        EXPECT_EQ(name, "get_weather");
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "serve/metrics.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace minfer::serve {
@@ -23,6 +25,44 @@ void Histogram::write(std::string& out, const std::string& name, const std::stri
                   name.c_str(), static_cast<unsigned long long>(count_), name.c_str(), sum_,
                   name.c_str(), static_cast<unsigned long long>(count_));
     out += line;
+}
+
+double quantile(std::vector<float> v, double q) {
+    if (v.empty()) return 0;
+    const size_t k = std::min(
+        v.size() - 1, static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0));
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+    return v[k];
+}
+
+void Metrics::constrained_request(const std::string& kind, bool cache_hit, double compile_ms) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (size_t i = 0; i < kConstraintKinds.size(); ++i)
+        if (kind == kConstraintKinds[i]) ++constrained_[i];
+    if (cache_hit) {
+        ++constraint_hits_;
+    } else {
+        ++constraint_misses_;
+        compile_.observe(compile_ms / 1e3);
+    }
+}
+
+void Metrics::mask_times(const std::vector<float>& us) {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (float x : us) {
+        if (mask_us_.size() < kMaskWindow)
+            mask_us_.push_back(x);
+        else
+            mask_us_[mask_next_] = x;
+        mask_next_ = (mask_next_ + 1) % kMaskWindow;
+        mask_sum_us_ += x;
+        ++mask_count_;
+    }
+}
+
+void Metrics::constraint_refused() {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++constraint_refused_;
 }
 
 void Metrics::request_done(int status) {
@@ -91,6 +131,42 @@ std::string Metrics::render(const runtime::EngineStats& s, bool ready) const {
            "\n";
     ttft_.write(out, "minfer_time_to_first_token_seconds", "time from request to first token");
     itl_.write(out, "minfer_inter_token_latency_seconds", "time between streamed tokens");
+    out +=
+        "# HELP minfer_constrained_requests_total requests whose reply follows a grammar, by "
+        "kind\n# TYPE minfer_constrained_requests_total counter\n";
+    for (size_t i = 0; i < kConstraintKinds.size(); ++i)
+        out += std::string("minfer_constrained_requests_total{kind=\"") + kConstraintKinds[i] +
+               "\"} " + std::to_string(constrained_[i]) + "\n";
+    gauge("minfer_constraint_cache_hits_total",
+          "constrained requests whose grammar was already compiled (cached by its text)",
+          static_cast<double>(constraint_hits_), "counter");
+    gauge("minfer_constraint_cache_misses_total", "constrained requests whose grammar was compiled",
+          static_cast<double>(constraint_misses_), "counter");
+    gauge("minfer_constraint_refused_total",
+          "grammars that did not compile (the request answered 400)",
+          static_cast<double>(constraint_refused_), "counter");
+    compile_.write(out, "minfer_constraint_compile_seconds",
+                   "time to parse and compile a grammar (cache misses)");
+    char line[256];
+    out +=
+        "# HELP minfer_constraint_mask_microseconds time to compute a constrained token's mask "
+        "(CPU, on the mask thread; quantiles of the last 65536 tokens)\n"
+        "# TYPE minfer_constraint_mask_microseconds summary\n";
+    for (double q : {0.5, 0.99}) {
+        std::snprintf(line, sizeof line,
+                      "minfer_constraint_mask_microseconds{quantile=\"%g\"} %.17g\n", q,
+                      quantile(mask_us_, q));
+        out += line;
+    }
+    std::snprintf(line, sizeof line,
+                  "minfer_constraint_mask_microseconds_sum %.17g\n"
+                  "minfer_constraint_mask_microseconds_count %llu\n",
+                  mask_sum_us_, static_cast<unsigned long long>(mask_count_));
+    out += line;
+    gauge("minfer_constraint_mask_wait_seconds_total",
+          "time sampling waited for masks after the forward pass had ended (the mask work the "
+          "pass did not hide)",
+          s.mask_wait_ms / 1e3, "counter");
     return out;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "runtime/engine.h"
 
@@ -26,17 +27,41 @@ class Histogram {
     double sum_ = 0;
 };
 
+// The q-quantile (0..1) of `v` (nearest rank); 0 when empty.
+double quantile(std::vector<float> v, double q);
+
 class Metrics {
   public:
+    // The kinds of structured-output constraint a request may carry
+    // (CompletionRequest::grammar_kind).
+    static constexpr std::array<const char*, 4> kConstraintKinds = {"json_object", "json_schema",
+                                                                    "grammar", "tool_call"};
+
     void request_done(int status);
     void first_token(double seconds);
     void inter_token(double seconds);
+    // A constrained request: its kind, whether its grammar came compiled
+    // from the cache, and (on a miss) the compile time.
+    void constrained_request(const std::string& kind, bool cache_hit, double compile_ms);
+    void constraint_refused();  // a grammar that does not compile (answered 400)
+    // A constrained sample's mask time per sampled token (RequestResult::mask_us).
+    void mask_times(const std::vector<float>& us);
     std::string render(const runtime::EngineStats& s, bool ready) const;
 
   private:
     mutable std::mutex mu_;
     uint64_t requests_ok_ = 0, requests_client_error_ = 0, requests_server_error_ = 0;
     Histogram ttft_, itl_;
+    std::array<uint64_t, kConstraintKinds.size()> constrained_{};
+    uint64_t constraint_hits_ = 0, constraint_misses_ = 0, constraint_refused_ = 0;
+    Histogram compile_;
+    // The last kMaskWindow mask times (a ring): /metrics' p50 and p99 are
+    // those of recent tokens; sum and count are since start.
+    static constexpr size_t kMaskWindow = 1 << 16;
+    std::vector<float> mask_us_;
+    size_t mask_next_ = 0;
+    double mask_sum_us_ = 0;
+    uint64_t mask_count_ = 0;
 };
 
 }  // namespace minfer::serve

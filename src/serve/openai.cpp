@@ -4,6 +4,9 @@
 #include <limits>
 #include <random>
 
+#include "serve/reply_grammar.h"
+#include "structured/json_schema.h"
+
 namespace minfer::serve {
 
 using json = RequestJson;
@@ -188,30 +191,176 @@ std::vector<ChatMsg> parse_messages(const json& b) {
     return out;
 }
 
-std::vector<json> parse_tools(const json& b) {
-    std::vector<json> tools;
-    if (!has(b, "tools")) return tools;
-    const json& t = b["tools"];
-    if (!t.is_array()) throw ApiError(400, "'tools' must be a list", "tools");
-    for (const json& x : t) {
-        if (!x.is_object() || x.value("type", "") != "function" || !x.contains("function") ||
-            !x["function"].is_object() || !x["function"].contains("name") ||
-            !x["function"]["name"].is_string())
+// "tools" and what the reply may or must do with them.
+struct ChatTools {
+    std::vector<json> tools;  // as sent; empty: none offered (or tool_choice "none")
+    enum class Choice { Auto, Required, Named } choice = Choice::Auto;
+    std::string name;  // Named: the function the reply calls
+    bool parallel = true;
+};
+
+ChatTools parse_tools(const json& b) {
+    ChatTools out;
+    if (has(b, "tools")) {
+        const json& t = b["tools"];
+        if (!t.is_array()) throw ApiError(400, "'tools' must be a list", "tools");
+        for (const json& x : t) {
+            if (!x.is_object() || x.value("type", "") != "function" || !x.contains("function") ||
+                !x["function"].is_object() || !x["function"].contains("name") ||
+                !x["function"]["name"].is_string())
+                throw ApiError(
+                    400,
+                    "each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                    "tools");
+            out.tools.push_back(x);
+        }
+    }
+    if (has(b, "parallel_tool_calls")) out.parallel = get_bool(b, "parallel_tool_calls");
+    if (!has(b, "tool_choice")) return out;
+    const json& c = b["tool_choice"];
+    const std::string mode = c.is_string() ? c.get<std::string>() : std::string();
+    if (mode == "none") {
+        out.tools.clear();  // not offered: the prompt does not list them
+        return out;
+    }
+    if (mode == "auto") return out;
+    if (mode == "required") {
+        out.choice = ChatTools::Choice::Required;
+    } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") &&
+               c["function"].is_object() && c["function"].contains("name") &&
+               c["function"]["name"].is_string()) {
+        out.choice = ChatTools::Choice::Named;
+        out.name = c["function"]["name"].get<std::string>();
+        bool offered = false;
+        for (const json& x : out.tools) offered = offered || x["function"]["name"] == out.name;
+        if (!offered)
             throw ApiError(
-                400, "each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                "tools");
-        tools.push_back(x);
+                400,
+                "'tool_choice' names the function '" + out.name + "', which is not one of 'tools'",
+                "tool_choice");
+    } else {
+        throw ApiError(400,
+                       "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+                       "\"function\", \"function\": {\"name\": ...}}, got " +
+                           c.dump(),
+                       "tool_choice");
     }
-    if (has(b, "tool_choice")) {
-        const json& c = b["tool_choice"];
-        if (c.is_string() && c.get<std::string>() == "none") return {};
-        if (!(c.is_string() && c.get<std::string>() == "auto"))
+    if (out.tools.empty())
+        throw ApiError(400, "'tool_choice' forces a tool call but no 'tools' are given",
+                       "tool_choice");
+    return out;
+}
+
+// A JSON schema as a grammar; a schema that cannot be enforced is a 400
+// naming the field and, inside it, the keyword and where it is.
+std::string schema_gbnf(const json& schema, const std::string& param) {
+    try {
+        return structured::json_schema_to_gbnf(schema);
+    } catch (const Error& e) {
+        throw ApiError(400, "'" + param + "' cannot be enforced: " + e.what(), param);
+    }
+}
+
+// The reply's own constraint: response_format (OpenAI), json_schema or
+// grammar (llama-server). At most one of them.
+struct ContentConstraint {
+    std::string gbnf, param, kind;
+    bool raw = false;  // grammar: the whole reply as given, nothing around it
+};
+
+ContentConstraint parse_content_constraint(const json& b) {
+    std::vector<ContentConstraint> found;
+    if (has(b, "response_format")) {
+        const json& f = b["response_format"];
+        if (!f.is_object() || !f.contains("type") || !f["type"].is_string())
+            throw ApiError(400, "'response_format' must be an object with a string 'type'",
+                           "response_format");
+        const std::string type = f["type"].get<std::string>();
+        if (type == "json_object") {
+            // llama-server's extension: a schema beside the type.
+            if (has(f, "schema"))
+                found.push_back({schema_gbnf(f["schema"], "response_format.schema"),
+                                 "response_format.schema", "json_schema"});
+            else
+                found.push_back({structured::json_object_gbnf(), "response_format", "json_object"});
+        } else if (type == "json_schema") {
+            const std::string where = "response_format.json_schema";
+            if (!has(f, "json_schema") || !f["json_schema"].is_object())
+                throw ApiError(
+                    400, "'" + where + "' must be an object {\"name\", \"schema\", \"strict\"}",
+                    where);
+            const json& js = f["json_schema"];
+            if (has(js, "name") && !js["name"].is_string())
+                throw ApiError(400, "'" + where + ".name' must be a string", where + ".name");
+            // strict false asks for best effort; the schema is enforced either way.
+            if (has(js, "strict") && !js["strict"].is_boolean())
+                throw ApiError(400, "'" + where + ".strict' must be true or false",
+                               where + ".strict");
+            // No schema: any JSON value.
+            const json schema = has(js, "schema") ? js["schema"] : json::object();
+            found.push_back(
+                {schema_gbnf(schema, where + ".schema"), where + ".schema", "json_schema"});
+        } else if (type != "text") {
             throw ApiError(400,
-                           "'tool_choice' supports \"auto\" and \"none\" (a forced call is not "
-                           "supported)",
-                           "tool_choice");
+                           "'response_format.type' must be \"text\", \"json_object\" or "
+                           "\"json_schema\", got \"" +
+                               type + "\"",
+                           "response_format");
+        }
     }
-    return tools;
+    if (has(b, "json_schema"))
+        found.push_back(
+            {schema_gbnf(b["json_schema"], "json_schema"), "json_schema", "json_schema"});
+    if (has(b, "grammar")) {
+        if (!b["grammar"].is_string())
+            throw ApiError(400, "'grammar' must be a string (GBNF)", "grammar");
+        // An empty grammar is none (as llama-server takes it).
+        if (!b["grammar"].get<std::string>().empty())
+            found.push_back({b["grammar"].get<std::string>(), "grammar", "grammar", true});
+    }
+    if (found.size() > 1)
+        throw ApiError(400,
+                       "'" + found[0].param + "' and '" + found[1].param +
+                           "' both constrain the reply: give one",
+                       found[1].param);
+    return found.empty() ? ContentConstraint{} : found[0];
+}
+
+// The grammar of a chat reply (CompletionRequest::grammar): a forced tool
+// call, or the content constraint — with the tools offered as the other
+// choice when tool_choice is auto — in Qwen's format, after Qwen3's think
+// block when thinking is on.
+void chat_grammar(CompletionRequest& r, const ChatTools& t, const ContentConstraint& content) {
+    const bool forced = t.choice != ChatTools::Choice::Auto;
+    if (forced && !content.gbnf.empty())
+        throw ApiError(400,
+                       "'" + content.param +
+                           "' cannot be combined with a forced tool call ('tool_choice'): the "
+                           "reply is the call",
+                       content.param);
+    if (content.raw) {
+        r.grammar = content.gbnf;
+        r.grammar_param = content.param;
+        r.grammar_kind = content.kind;
+        return;
+    }
+    if (!forced && content.gbnf.empty()) return;
+    std::vector<ToolGrammar> tools;
+    for (size_t i = 0; i < t.tools.size(); ++i) {
+        const json& f = t.tools[i]["function"];
+        const std::string name = f["name"].get<std::string>();
+        if (t.choice == ChatTools::Choice::Named && name != t.name) continue;
+        const std::string where = "tools[" + std::to_string(i) + "].function.parameters";
+        // No parameters: OpenAI's empty parameter list.
+        const json params = has(f, "parameters")
+                                ? f["parameters"]
+                                : json::parse(R"({"type": "object", "properties": {},
+                                                      "additionalProperties": false})");
+        tools.push_back({name, schema_gbnf(params, where)});
+    }
+    r.grammar = chat_reply_gbnf(r.think, tools, t.parallel, content.gbnf);
+    r.grammar_param = forced ? "tool_choice" : content.param;
+    r.grammar_kind = forced ? "tool_call" : content.kind;
 }
 
 // One prompt: text, or a list of token ids. `where` names it in errors.
@@ -259,12 +408,6 @@ CompletionRequest parse_completion_request(const json& b, bool chat,
     CompletionRequest r;
     r.chat = chat;
     // Features not supported are refused by name rather than silently ignored.
-    if (has(b, "response_format")) {
-        const json& f = b["response_format"];
-        if (!(f.is_object() && f.value("type", "") == "text"))
-            throw ApiError(400, "'response_format' (JSON modes) is not supported",
-                           "response_format");
-    }
     for (const char* k : {"functions", "function_call", "logit_bias"})
         if (has(b, k)) throw ApiError(400, std::string("'") + k + "' is not supported yet", k);
     if (has(b, "model")) {
@@ -343,12 +486,17 @@ CompletionRequest parse_completion_request(const json& b, bool chat,
                                "chat_template_kwargs");
             if (has(k, "enable_thinking")) no_think = !get_bool(k, "enable_thinking");
         }
-        const auto tools = parse_tools(b);
-        r.tools = !tools.empty();
+        const ChatTools tools = parse_tools(b);
+        r.tools = !tools.tools.empty();
         r.think = flavor.qwen3 && !no_think;
-        const std::string text = render_chat(messages, tools, flavor, no_think);
+        chat_grammar(r, tools, parse_content_constraint(b));
+        const std::string text = render_chat(messages, tools.tools, flavor, no_think);
         r.prompts.push_back(tok.encode(text, true, true));
     } else {
+        const ContentConstraint content = parse_content_constraint(b);
+        r.grammar = content.gbnf;
+        r.grammar_param = content.param;
+        r.grammar_kind = content.kind;
         r.prompts = parse_prompts(b, tok);
     }
     for (size_t i = 0; i < r.prompts.size(); ++i) {

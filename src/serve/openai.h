@@ -50,6 +50,11 @@ struct CompletionRequest {
     bool logprobs = false;  // chat: "logprobs": true; completions: "logprobs": N
     bool tools = false;     // chat: tools offered (replies parsed for <tool_call>)
     bool think = false;     // chat: a Qwen3 reply may open with <think> (reasoning_content)
+    // Structured output: the grammar (GBNF) the reply must follow, empty for
+    // none; the request field it comes from (errors name it) and what kind
+    // of constraint it is (json_object, json_schema, grammar, tool_call: the
+    // log and /metrics count by it). The server compiles it into gen.constraint.
+    std::string grammar, grammar_param, grammar_kind;
 };
 
 // Parses a body of /v1/chat/completions (chat) or /v1/completions.

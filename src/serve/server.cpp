@@ -24,6 +24,7 @@
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/reply_parser.h"
+#include "structured/constraint.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -276,6 +277,13 @@ struct Server::Impl {
     std::unique_ptr<tokenizer::Tokenizer> tok;
     ChatFlavor flavor;
     std::unique_ptr<runtime::Engine> engine;
+    // Structured output: grammars compiled for the model's vocabulary, kept
+    // by their text across requests (one schema sent again is not compiled
+    // again); and the last grammars that failed to compile, with their
+    // error, so that a client retrying one is answered from a lookup.
+    std::unique_ptr<structured::ConstraintCache> constraints;
+    std::mutex refused_mu;
+    std::deque<std::pair<std::string, std::string>> refused;  // (grammar, error), newest first
     std::thread engine_thread;
     std::atomic<bool> engine_stop{false};
     int bound_port = 0;
@@ -315,11 +323,56 @@ struct Server::Impl {
         return req.get_header_value("x-api-key") == opt.api_key;
     }
 
+    std::shared_ptr<const structured::Constraint> constraint_for(const CompletionRequest& r,
+                                                                 std::string& log_detail);
     void install_routes();
     void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
     json final_body(Job& job);
     std::string stream_chunks(Job& job, bool final_pass);
 };
+
+// ---------------------------------------------------------------------------
+// Structured output
+
+// The request's grammar, compiled (or taken from the cache). A grammar that
+// does not compile is a 400 naming the request field it came from.
+std::shared_ptr<const structured::Constraint> Server::Impl::constraint_for(
+    const CompletionRequest& r, std::string& log_detail) {
+    // Failures are kept only for texts this short: the list's memory stays
+    // small, and longer texts are the ones worth a client's fixing anyway.
+    constexpr size_t kRefusedTextMax = 64 * 1024, kRefusedKept = 32;
+    auto refuse = [&](const std::string& error) -> ApiError {
+        metrics.constraint_refused();
+        return ApiError(400, "'" + r.grammar_param + "' cannot be enforced: " + error,
+                        r.grammar_param);
+    };
+    {
+        std::lock_guard<std::mutex> lk(refused_mu);
+        for (const auto& [text, error] : refused)
+            if (text == r.grammar) throw refuse(error);
+    }
+    bool hit = false;
+    std::shared_ptr<const structured::Constraint> c;
+    try {
+        c = constraints->get(r.grammar, &hit);
+    } catch (const Error& e) {
+        if (r.grammar.size() <= kRefusedTextMax) {
+            std::lock_guard<std::mutex> lk(refused_mu);
+            refused.emplace_front(r.grammar, e.what());
+            if (refused.size() > kRefusedKept) refused.pop_back();
+        }
+        throw refuse(e.what());
+    }
+    metrics.constrained_request(r.grammar_kind, hit, c->compile_ms);
+    char buf[96];
+    if (hit)
+        std::snprintf(buf, sizeof buf, "constraint=%s (cached)", r.grammar_kind.c_str());
+    else
+        std::snprintf(buf, sizeof buf, "constraint=%s (compiled %.1f ms)", r.grammar_kind.c_str(),
+                      c->compile_ms);
+    log_detail = buf;
+    return c;
+}
 
 // ---------------------------------------------------------------------------
 // Response bodies
@@ -468,6 +521,9 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
     auto job = std::make_shared<Job>();
     job->req =
         parse_completion_request(body, chat, *tok, engine->options().n_ctx, n_parallel(), flavor);
+    std::string constraint_detail;
+    if (!job->req.grammar.empty())
+        job->req.gen.constraint = constraint_for(job->req, constraint_detail);
     job->t_start = Clock::now();
     job->created = unix_time();
     job->oai_id = random_id(chat ? "chatcmpl-" : "cmpl-");
@@ -545,6 +601,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
                 if (first == 0 && r.sample == 0 && r.reason != runtime::FinishReason::Cancelled &&
                     r.reason != runtime::FinishReason::Error)
                     metrics.first_token(r.t_first_token_ms / 1e3);
+                metrics.mask_times(r.mask_us);
                 if (job->done()) {
                     std::lock_guard<std::mutex> lk2(jobs_mu);
                     for (auto id : job->ids) live.erase(id);
@@ -580,7 +637,7 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
         for (auto id : ids) engine->cancel(id);
     };
 
-    auto log_detail = [job]() {
+    auto log_detail = [job, constraint_detail]() {
         // job->mu held by the caller
         int64_t gen = 0, n_prompt = 0, cached = 0;
         bool cancelled = false;
@@ -604,7 +661,15 @@ void Server::Impl::handle_completion(const httplib::Request& req, httplib::Respo
                       static_cast<long long>(n_prompt), static_cast<long long>(cached),
                       static_cast<long long>(gen), ttft, ms_between(job->t_start, Clock::now()),
                       cancelled ? " cancelled" : "");
-        return std::string(buf);
+        if (constraint_detail.empty()) return std::string(buf);
+        // The mask time per token of every sample (the engine's, for this request).
+        std::vector<float> mask_us;
+        for (const auto& s : job->samples)
+            mask_us.insert(mask_us.end(), s.result.mask_us.begin(), s.result.mask_us.end());
+        char mask[96];
+        std::snprintf(mask, sizeof mask, " mask p50=%.1f us p99=%.1f us", quantile(mask_us, 0.5),
+                      quantile(mask_us, 0.99));
+        return std::string(buf) + " " + constraint_detail + mask;
     };
 
     if (!job->req.stream) {
@@ -929,6 +994,9 @@ void Server::attach(const model::Model& model, runtime::EngineOptions engine_opt
         chat_flavor(jinja ? std::string(*jinja) : std::string(),
                     model.hp.arch == model::Arch::Qwen3 || model.hp.arch == model::Arch::Qwen3Moe);
     I.engine = std::make_unique<runtime::Engine>(model, engine_options);
+    I.constraints = std::make_unique<structured::ConstraintCache>(
+        std::make_shared<const structured::TokenVocab>(
+            structured::TokenVocab::from_tokenizer(*I.tok)));
     I.engine_thread = std::thread([&I] {
         while (!I.engine_stop) {
             try {
