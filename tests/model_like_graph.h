@@ -3,7 +3,7 @@
 // shapes and wiring matter to the allocator and the cache.
 #pragma once
 
-#include "graph/ir.h"
+#include "ir/ir.h"
 #include "graph_helpers.h"
 
 namespace minfer::testing {

@@ -32,8 +32,9 @@
 #include <utility>
 #include <vector>
 
-#include "backend/backend.h"
-#include "graph/ir.h"
+#include "ir/backend.h"
+#include "ir/ir.h"
+#include "ir/pass_options.h"
 
 namespace minfer::graph {
 
@@ -48,18 +49,6 @@ using backend::KvPair;
 constexpr size_t kSizeClassStep = 16 * 1024;
 size_t class_size(size_t bytes);
 
-// How a plan places the live nodes of a graph.
-//  - Classes (the design's §2.3): one pool buffer per size class, recycled
-//    through a per-plan free list along the build-order sweep.
-//  - Arena: every node gets an offset inside the backend's shared
-//    activation arena, placed greedy-by-size (largest first, lowest offset
-//    that collides in time with no placed node) — TFLite's arena planner.
-//    Gets within a few percent of the lower bound on transformer graphs.
-enum class Planner { Arena, Classes };
-// MINFER_PLANNER=classes | arena (default: arena). Throws minfer::Error on
-// another value.
-Planner planner_from_env();
-const char* planner_name(Planner p);
 // Arena offsets are multiples of this (SIMD rows, cache lines).
 constexpr size_t kArenaAlign = 64;
 
@@ -67,7 +56,7 @@ constexpr size_t kArenaAlign = 64;
 struct PersistentBuf {
     std::string name;
     BufRef ref;         // the whole region: offset 0, len = its bytes
-    bool is_k = false;  // a K region (cells element-major in blocks, graph/kv_layout.h), else V
+    bool is_k = false;  // a K region (cells element-major in blocks, ir/kv_layout.h), else V
 };
 
 // Figures of one allocated graph.
