@@ -71,7 +71,7 @@ struct PlanStats {
     size_t dead_nodes = 0;       // no consumers, not an output: no buffer
     size_t aliased_nodes = 0;    // in place on their src[0]'s buffer
     size_t staging_buffers = 0;  // split-boundary staging minted so far for this graph
-    Planner planner = Planner::Classes;
+    Planner planner = Planner::Classes;  // the planner that made the plan
     std::vector<size_t> buffers_per_backend;  // [n_backends] of n_buffers
 };
 
@@ -89,8 +89,9 @@ struct AllocCounters {
 
 class GraphAllocator {
   public:
-    // The planner defaults to the design's size classes; the session picks
-    // planner_from_env().
+    // Without a planner argument: the design's size classes (the allocator's
+    // own tests are written against them). The runtime always passes its
+    // options' planner, whose default is planner_from_env() (ir/pass_options.h).
     explicit GraphAllocator(std::vector<backend::Backend*> backends,
                             Planner planner = Planner::Classes);
     ~GraphAllocator();  // returns every buffer it holds (plans, staging, KV) to the pools

@@ -1,4 +1,6 @@
 #include "backend/cpu/attn.h"
+// First: before any header that includes <immintrin.h> (x86/intrinsics.h).
+#include "backend/cpu/x86/intrinsics.h"
 
 #include <algorithm>
 #include <array>
@@ -10,9 +12,6 @@
 #include "util/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
 #define MINFER_ATTN_X86 1
 #include "backend/cpu/simd_exp.h"
 #endif

@@ -5,7 +5,7 @@
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "backend/cpu/x86/intrinsics.h"
 
 #include <cstdint>
 

@@ -1,4 +1,6 @@
 #include "backend/cpu/vec_ops.h"
+// First: before any header that includes <immintrin.h> (x86/intrinsics.h).
+#include "backend/cpu/x86/intrinsics.h"
 
 #include <cmath>
 
@@ -6,9 +8,6 @@
 #include "backend/cpu/isa.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
 #define MINFER_VEC_X86 1
 #include "backend/cpu/simd_exp.h"
 #endif
