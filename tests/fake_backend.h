@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "ir/backend.h"
 #include "backend/cpu/host_pool.h"
+#include "ir/backend.h"
 #include "ir/ir.h"
 #include "util/error.h"
 

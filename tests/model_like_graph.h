@@ -3,8 +3,8 @@
 // shapes and wiring matter to the allocator and the cache.
 #pragma once
 
-#include "ir/ir.h"
 #include "graph_helpers.h"
+#include "ir/ir.h"
 
 namespace minfer::testing {
 

@@ -71,7 +71,7 @@ struct PlanStats {
     size_t dead_nodes = 0;       // no consumers, not an output: no buffer
     size_t aliased_nodes = 0;    // in place on their src[0]'s buffer
     size_t staging_buffers = 0;  // split-boundary staging minted so far for this graph
-    Planner planner = Planner::Classes;  // the planner that made the plan
+    Planner planner = Planner::Classes;       // the planner that made the plan
     std::vector<size_t> buffers_per_backend;  // [n_backends] of n_buffers
 };
 

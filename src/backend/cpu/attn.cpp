@@ -1,6 +1,4 @@
 #include "backend/cpu/attn.h"
-// First: before any header that includes <immintrin.h> (x86/intrinsics.h).
-#include "backend/cpu/x86/intrinsics.h"
 
 #include <algorithm>
 #include <array>
@@ -9,6 +7,7 @@
 #include <utility>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/x86/intrinsics.h"
 #include "util/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)

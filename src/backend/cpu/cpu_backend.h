@@ -5,9 +5,9 @@
 #include <array>
 #include <span>
 
-#include "ir/backend.h"
-#include "backend/cpu/kernels.h"
 #include "backend/cpu/host_pool.h"
+#include "backend/cpu/kernels.h"
+#include "ir/backend.h"
 #include "util/thread_pool.h"
 
 namespace minfer::backend {

@@ -1,6 +1,4 @@
 #include "backend/cpu/gemm.h"
-// First: before any header that includes <immintrin.h> (x86/intrinsics.h).
-#include "backend/cpu/x86/intrinsics.h"
 
 #include <algorithm>
 #include <array>
@@ -12,6 +10,7 @@
 #include "backend/cpu/interleaved_simd.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/x86/gemm_avx2.h"
+#include "backend/cpu/x86/intrinsics.h"
 #include "tensor/blocks.h"
 #include "tensor/interleave.h"
 #include "util/error.h"

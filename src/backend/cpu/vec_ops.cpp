@@ -1,11 +1,10 @@
 #include "backend/cpu/vec_ops.h"
-// First: before any header that includes <immintrin.h> (x86/intrinsics.h).
-#include "backend/cpu/x86/intrinsics.h"
 
 #include <cmath>
 
 #include "backend/cpu/arm/neon.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/x86/intrinsics.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MINFER_VEC_X86 1

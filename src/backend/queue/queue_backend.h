@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "ir/backend.h"
 #include "backend/cpu/host_pool.h"
+#include "ir/backend.h"
 #include "util/thread_pool.h"
 
 namespace minfer::backend {
