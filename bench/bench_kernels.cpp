@@ -14,7 +14,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec_ops.h"
-#include "graph/kv_layout.h"
+#include "ir/kv_layout.h"
 #include "tensor/dtype.h"
 #include "tensor/interleave.h"
 #include "tensor/quants.h"
@@ -160,7 +160,7 @@ void register_all() {
 // layer's weights stream through the caches between its attention calls.
 void run_attn(benchmark::State& state, int64_t n_head, int64_t n_head_kv, int64_t hd, int64_t n,
               int64_t depth, tensor::DType kv_type, bool cold = false) {
-    // cells: whole K blocks (graph/kv_layout.h)
+    // cells: whole K blocks (ir/kv_layout.h)
     const int64_t n_ctx =
         (depth + n + graph::kKBlockCells - 1) / graph::kKBlockCells * graph::kKBlockCells;
     const int64_t nq = n_head * hd, kv = n_head_kv * hd;

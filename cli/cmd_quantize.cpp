@@ -5,7 +5,7 @@
 #include <string>
 
 #include "commands.h"
-#include "tensor/quantize_model.h"
+#include "model/quantize_model.h"
 #include "util/args.h"
 #include "util/error.h"
 
@@ -15,14 +15,14 @@ namespace {
 
 std::string type_list() {
     std::string s;
-    for (auto n : tensor::quantize_file_types()) {
+    for (auto n : model::quantize_file_types()) {
         if (!s.empty()) s += ", ";
         s += n;
     }
     return s;
 }
 
-std::string shape_of(const tensor::TensorQuantReport& t) {
+std::string shape_of(const model::TensorQuantReport& t) {
     std::string s = std::to_string(t.ne[0]);
     int nd = 1;
     for (int i = 3; i >= 1; --i)
@@ -57,9 +57,9 @@ int cmd_quantize(int argc, char** argv, int first) {
     if (!p.parse(argc, argv, first)) return 0;
     if (!std::filesystem::exists(in_path)) throw Error("quantize: input not found: " + in_path);
 
-    tensor::QuantizeOptions opt;
+    model::QuantizeOptions opt;
     opt.n_threads = n_threads;
-    opt.progress = [](size_t i, size_t n, const tensor::TensorQuantReport& t, bool done) {
+    opt.progress = [](size_t i, size_t n, const model::TensorQuantReport& t, bool done) {
         if (!done) return;
         std::fprintf(stderr, "[%4zu/%zu] %-32s %-12s %-6s -> %-6s", i + 1, n, t.name.c_str(),
                      shape_of(t).c_str(), std::string(tensor::dtype_name(t.in_type)).c_str(),
@@ -71,7 +71,7 @@ int cmd_quantize(int argc, char** argv, int first) {
         if (!t.note.empty()) std::fprintf(stderr, "  [%s]", t.note.c_str());
         std::fprintf(stderr, "\n");
     };
-    const tensor::QuantizeReport r = tensor::quantize_model(in_path, out_path, type, opt);
+    const model::QuantizeReport r = model::quantize_model(in_path, out_path, type, opt);
 
     std::fprintf(stderr, "\n%-32s %-12s %-6s %10s\n", "tensor", "shape", "type", "rel_rmse");
     for (const auto& t : r.tensors) {

@@ -2,5 +2,7 @@
 # Configures and builds minfer (Release) into build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)"
+# The "release" preset of CMakePresets.json; MINFER_FATAL_WARNINGS=ON (CI)
+# makes warnings errors.
+cmake --preset release >/dev/null
+cmake --build --preset release -j"$(nproc)"

@@ -23,10 +23,10 @@ jobs=${JOBS:-2}
 
 # RelWithDebInfo keeps the tests fast (-O2) and the reports readable (-g);
 # -fno-omit-frame-pointer comes from MINFER_SANITIZE.
-configure_and_build() {  # dir sanitizers
-    cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINFER_SANITIZE="$2" \
-        -DMINFER_BUILD_BENCH=OFF >/dev/null
-    cmake --build "$1" -j"$jobs" --target minfer_cli minfer_tests
+# The "asan" and "tsan" presets of CMakePresets.json (build-asan, build-tsan).
+configure_and_build() {  # preset
+    cmake --preset "$1" >/dev/null
+    cmake --build --preset "$1" -j"$jobs"
 }
 
 status=0
@@ -34,7 +34,7 @@ start=$(date +%s)
 
 if [ "$which_builds" = all ] || [ "$which_builds" = asan ]; then
     echo "== sanitize: ASan + UBSan build (build-asan)" >&2
-    configure_and_build build-asan "address,undefined"
+    configure_and_build asan
     # detect_leaks: the tests and the CLI must free what they allocate.
     # The mapped model of a failed load, a bad_alloc in flight: all freed.
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
@@ -45,7 +45,7 @@ fi
 
 if [ "$which_builds" = all ] || [ "$which_builds" = tsan ]; then
     echo "== sanitize: TSan build (build-tsan)" >&2
-    configure_and_build build-tsan "thread"
+    configure_and_build tsan
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
     threaded='^(ThreadPool\.|Backends\.|Scheduler\.|CpuMatMul\.|CpuOps\.|CpuAttn\.|CpuFusion\.|Forward\.TwoBackends|Forward\.DecodeSteps|Forward\.PromptInSeveralPasses|Limits\.|Cli\.Default|Cli\.Chat|Engine\.|Serve[A-Za-z]*\.|Cache\.no_allocation_nor_scratch_growth_after_first_decode_with_real_kernels)'
     (cd build-tsan && ctest --output-on-failure -j"$jobs" -R "$threaded") || status=1

@@ -86,11 +86,11 @@ export PKG_CONFIG_LIBDIR=/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconf
 # 3. minfer itself (no benchmarks: Google Benchmark is not built for arm64,
 #    and emulated timings mean nothing).
 export MINFER_ARM64_DEPS="$deps"
-cmake -S . -B "$out" -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Release \
-  -DMINFER_BUILD_BENCH=OFF -DMINFER_SERVER=ON -DGTest_DIR="$deps/lib/cmake/GTest" \
-  -DCMAKE_CXX_FLAGS="-idirafter /usr/include/aarch64-linux-gnu" \
-  -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" >/dev/null
-cmake --build "$out" -j"$jobs"
+# The "arm64" preset of CMakePresets.json: the same toolchain, build-arm64/
+# and its _deps (the server on, cpp-httplib's OpenSSL headers after the
+# cross sysroot's: -idirafter, see above).
+cmake --preset arm64 >/dev/null
+cmake --build --preset arm64 -j"$jobs"
 lap "minfer built for arm64"
 # ELF e_machine (bytes 18-19) 0xb7 = EM_AARCH64: the build really cross-compiled.
 [ "$(od -An -tx1 -j18 -N2 "$out/minfer_tests" | tr -d ' ')" = "b700" ] ||

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "graph/alloc.h"
-#include "graph/ir.h"
+#include "ir/ir.h"
 
 namespace minfer::testing {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
-#include "backend/host_pool.h"
-#include "graph/ir.h"
+#include "backend/cpu/host_pool.h"
+#include "ir/backend.h"
+#include "ir/ir.h"
 #include "util/error.h"
 
 namespace minfer::testing {

@@ -11,7 +11,7 @@
 
 #include "alloc_checker.h"
 #include "graph/alloc.h"
-#include "graph/ir.h"
+#include "ir/ir.h"
 
 namespace minfer::testing {
 

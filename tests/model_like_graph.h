@@ -3,8 +3,8 @@
 // shapes and wiring matter to the allocator and the cache.
 #pragma once
 
-#include "graph/ir.h"
 #include "graph_helpers.h"
+#include "ir/ir.h"
 
 namespace minfer::testing {
 
@@ -22,7 +22,10 @@ inline Graph model_like_graph(int64_t n_tokens, const ModelDims& d = {},
     const int64_t n_q = d.n_head * d.head_dim, n_kv = d.n_head_kv * d.head_dim;
     for (int32_t l = 0; l < d.n_layer; ++l) {
         const graph::BackendId b = l >= d.n_layer / 2 ? second_half_backend : 0;
-        const std::string L = "." + std::to_string(l);
+        // Appended, not "." + to_string(l): GCC 12 reports a false -Wrestrict
+        // in operator+(const char*, string&&) (GCC PR 105651).
+        std::string L = ".";
+        L += std::to_string(l);
         auto op = [&](Op o, const char* name, std::vector<NodeId> src, int64_t ne0) {
             const NodeId id = add_op(g, o, name + L, std::move(src), ne0, n_tokens, b);
             auto& m = g.node(id).meta;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/ir.h"
+#include "ir/ir.h"
 
 namespace minfer::testing {
 

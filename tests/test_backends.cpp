@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/host_pool.h"
+#include "backend/cpu/host_pool.h"
 #include "backend/queue/queue_backend.h"
 #include "util/error.h"
 

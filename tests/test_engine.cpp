@@ -21,8 +21,8 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "cli_runner.h"
-#include "graph/kv_layout.h"
 #include "graph/kv_pages.h"
+#include "ir/kv_layout.h"
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/engine_impl.h"
@@ -187,7 +187,7 @@ void paged_attention_case(tensor::DType kvt, bool scalar) {
     const bool f16 = kvt == tensor::DType::F16;
     const size_t esz = f16 ? 2 : 4;
     // a cell's row as the kernels store it: V row-major, K element-major
-    // in blocks (graph/kv_layout.h)
+    // in blocks (ir/kv_layout.h)
     auto fill_row = [&](std::vector<uint8_t>& region, bool is_k, int64_t cell, const float* src) {
         for (int64_t i = 0; i < kv; ++i) {
             const int64_t at = is_k ? graph::k_index(cell, i, kv) : cell * kv + i;

@@ -81,7 +81,8 @@ TEST(IsaLevels, ReportsWhichKernelsHaveASimdPathAtEachLevel) {
         std::string own, fallback;
         for (size_t i = 0; i < std::size(kDotTypes); ++i) {
             std::string& list = cpu::vec_dot_fn(kDotTypes[i]) != portable[i] ? own : fallback;
-            list += std::string(" ") + std::string(tensor::dtype_name(kDotTypes[i]));
+            list += ' ';  // appended: " " + string trips GCC 12's false -Wrestrict
+            list += tensor::dtype_name(kDotTypes[i]);
         }
         const char* gemm = cpu::gemm_name();
         std::printf(

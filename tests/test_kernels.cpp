@@ -18,7 +18,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
-#include "graph/kv_layout.h"
+#include "ir/kv_layout.h"
 #include "isa_levels.h"
 #include "tensor/blocks.h"
 #include "tensor/interleave.h"
@@ -945,7 +945,7 @@ TEST(CpuOps, RopeMatchesClosedForm) {
 namespace {
 struct AttnSetup {
     int32_t n_head, n_head_kv, hd;
-    int64_t n_ctx = 32;  // a multiple of the K block (graph/kv_layout.h)
+    int64_t n_ctx = 32;  // a multiple of the K block (ir/kv_layout.h)
     graph::NodeMeta meta() const {
         graph::NodeMeta m;
         m.n_head = n_head;
@@ -996,7 +996,7 @@ TEST(CpuAttn, GqaMatchesNaiveSoftmaxAttention) {
         kv_store(s, k_all.data(), v_all.data(), p0.data(), 5, K, V, pool);
         kv_store(s, k_all.data() + 5 * kv, v_all.data() + 5 * kv, p1.data(), 4, K, V, pool);
         // V rows as they come; K element-major in blocks of cells
-        // (graph/kv_layout.h): element e of cell c at k_index(c, e, kv)
+        // (ir/kv_layout.h): element e of cell c at k_index(c, e, kv)
         EXPECT_EQ(0, std::memcmp(V.data(), v_all.data(), v_all.size() * 4));
         std::vector<float> k_want(K.size(), 0.0f);  // untouched cells stay 0
         for (int64_t c = 0; c < 9; ++c)
@@ -1067,7 +1067,7 @@ TEST(CpuAttn, PositionPastContextThrowsAndWritesNothing) {
 }
 
 TEST(CpuAttn, RegionsOfPartBlocksAndPagesOfPartBlocksAreErrors) {
-    // K is stored in whole blocks of cells (graph/kv_layout.h): a region of
+    // K is stored in whole blocks of cells (ir/kv_layout.h): a region of
     // 40 cells would be read and written past its end, a page of 16 cells
     // would make the kernels read another page's cells as this one's.
     AttnSetup s{4, 2, 8};

@@ -19,7 +19,7 @@
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "cli_runner.h"
-#include "graph/moe_layout.h"
+#include "ir/moe_layout.h"
 #include "isa_levels.h"
 #include "model/model.h"
 #include "reference_forward.h"

@@ -14,12 +14,13 @@
 
 #include "cli_runner.h"
 #include "gguf/gguf.h"
-#include "tensor/quantize_model.h"
+#include "model/quantize_model.h"
 #include "tensor/quants.h"
 #include "util/error.h"
 
 using namespace minfer;
 using namespace minfer::tensor;
+using namespace minfer::model;
 
 namespace {
 
@@ -244,14 +245,14 @@ TEST(QuantizeModel, CliHelpAndErrors) {
 // (minfer quantize of the qwen2moe-mini / qwen3moe-mini F32 files to Q4_K_M
 // gives every tensor llama-quantize's type, and bitwise the same logits.)
 TEST(QuantizeModel, MoeRulesFollowLlamaCpp) {
-    using minfer::tensor::choose_tensor_type;
+    using minfer::model::choose_tensor_type;
     using minfer::tensor::DType;
-    minfer::tensor::ModelQuantInfo eight;
+    minfer::model::ModelQuantInfo eight;
     eight.n_layer = 24;
     eight.n_attn_v = 24;
     eight.has_output = true;
     eight.n_expert = 8;
-    minfer::tensor::ModelQuantInfo sixteen = eight;
+    minfer::model::ModelQuantInfo sixteen = eight;
     sixteen.n_expert = 16;
     const std::array<int64_t, 4> router{256, 8, 1, 1}, exps{256, 256, 8, 1}, attn{256, 256, 1, 1};
     const uint32_t q4_k_m = 15;

@@ -202,9 +202,15 @@ Graph pass_graph(int64_t n_tokens) {
     Graph g;
     NodeId x = g.add_input("x", 64 * n_tokens);
     NodeId h = x;
+    // Appended, not "a" + to_string(l): GCC 12's false -Wrestrict (PR 105651).
+    const auto named = [](char prefix, int l) {
+        std::string s(1, prefix);
+        s += std::to_string(l);
+        return s;
+    };
     for (int l = 0; l < 4; ++l) {
-        NodeId a = add_op(g, Op::Add, "a" + std::to_string(l), {h, x}, 64 * n_tokens);
-        h = add_op(g, Op::Mul, "m" + std::to_string(l), {a, h}, 64 * n_tokens);
+        NodeId a = add_op(g, Op::Add, named('a', l), {h, x}, 64 * n_tokens);
+        h = add_op(g, Op::Mul, named('m', l), {a, h}, 64 * n_tokens);
     }
     NodeId out = add_op(g, Op::Add, "out", {h, h}, 32 * n_tokens);
     g.outputs.push_back(out);

@@ -256,7 +256,9 @@ TEST(Sampler, ConstraintMasksBeforePenaltiesAndTimesItsMask) {
     EXPECT_EQ(s.sample(l), 'a');  // both penalized: -2 against -4
     EXPECT_TRUE(s.complete());
     EXPECT_FALSE(s.finished());
-    SequenceSampler plain({.sampler = p.sampler}, {kEnd});
+    SequenceSampling plain_params;
+    plain_params.sampler = p.sampler;
+    SequenceSampler plain(plain_params, {kEnd});
     EXPECT_EQ(plain.sample(l), 'a');
     EXPECT_FALSE(plain.constrained());
     EXPECT_EQ(plain.mask_us(), 0.0f);

@@ -176,7 +176,7 @@ Graph attn_graph(const Tables& t, int64_t n, BackendId attn_b) {
         m.n_head = 2;
         m.n_head_kv = 1;
         m.head_dim = 16;
-        m.n_ctx = 32;  // a multiple of the K block (graph/kv_layout.h)
+        m.n_ctx = 32;  // a multiple of the K block (ir/kv_layout.h)
         return id;
     };
     NodeId a = kvop(Op::Add, "a", {e32, e32}, 32, n);

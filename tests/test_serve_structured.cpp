@@ -334,7 +334,9 @@ TEST_F(ServeStructured, JsonSchemaRepliesValidateStreamedAndNot) {
                 v.add("person", kPersonSchema, c.text);
             }
             if (temp == 0 && !stream) greedy = cs[0].text;
-            if (temp == 0 && stream) EXPECT_EQ(cs[0].text, greedy);
+            if (temp == 0 && stream) {
+                EXPECT_EQ(cs[0].text, greedy);
+            }
         }
     }
     EXPECT_EQ(v.failures(), "");

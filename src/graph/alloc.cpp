@@ -53,17 +53,6 @@ size_t meta_kv_bytes(const Graph& g, NodeId id) {
 
 }  // namespace
 
-Planner planner_from_env() {
-    const char* v = std::getenv("MINFER_PLANNER");
-    if (!v || !*v || std::strcmp(v, "arena") == 0) return Planner::Arena;
-    if (std::strcmp(v, "classes") == 0) return Planner::Classes;
-    throw Error(std::string("MINFER_PLANNER='") + v + "' is not a planner (arena | classes)");
-}
-
-const char* planner_name(Planner p) {
-    return p == Planner::Arena ? "arena" : "classes";
-}
-
 GraphAllocator::GraphAllocator(std::vector<backend::Backend*> backends, Planner planner)
     : backends_(std::move(backends)), planner_(planner), arenas_(backends_.size()) {
     MINFER_ASSERT_MSG(!backends_.empty(), "the allocator needs at least one backend");

@@ -32,8 +32,9 @@
 #include <utility>
 #include <vector>
 
-#include "backend/backend.h"
-#include "graph/ir.h"
+#include "ir/backend.h"
+#include "ir/ir.h"
+#include "ir/pass_options.h"
 
 namespace minfer::graph {
 
@@ -48,18 +49,6 @@ using backend::KvPair;
 constexpr size_t kSizeClassStep = 16 * 1024;
 size_t class_size(size_t bytes);
 
-// How a plan places the live nodes of a graph.
-//  - Classes (the design's §2.3): one pool buffer per size class, recycled
-//    through a per-plan free list along the build-order sweep.
-//  - Arena: every node gets an offset inside the backend's shared
-//    activation arena, placed greedy-by-size (largest first, lowest offset
-//    that collides in time with no placed node) — TFLite's arena planner.
-//    Gets within a few percent of the lower bound on transformer graphs.
-enum class Planner { Arena, Classes };
-// MINFER_PLANNER=classes | arena (default: arena). Throws minfer::Error on
-// another value.
-Planner planner_from_env();
-const char* planner_name(Planner p);
 // Arena offsets are multiples of this (SIMD rows, cache lines).
 constexpr size_t kArenaAlign = 64;
 
@@ -67,7 +56,7 @@ constexpr size_t kArenaAlign = 64;
 struct PersistentBuf {
     std::string name;
     BufRef ref;         // the whole region: offset 0, len = its bytes
-    bool is_k = false;  // a K region (cells element-major in blocks, graph/kv_layout.h), else V
+    bool is_k = false;  // a K region (cells element-major in blocks, ir/kv_layout.h), else V
 };
 
 // Figures of one allocated graph.
@@ -82,7 +71,7 @@ struct PlanStats {
     size_t dead_nodes = 0;       // no consumers, not an output: no buffer
     size_t aliased_nodes = 0;    // in place on their src[0]'s buffer
     size_t staging_buffers = 0;  // split-boundary staging minted so far for this graph
-    Planner planner = Planner::Classes;
+    Planner planner = Planner::Classes;       // the planner that made the plan
     std::vector<size_t> buffers_per_backend;  // [n_backends] of n_buffers
 };
 
@@ -100,8 +89,9 @@ struct AllocCounters {
 
 class GraphAllocator {
   public:
-    // The planner defaults to the design's size classes; the session picks
-    // planner_from_env().
+    // Without a planner argument: the design's size classes (the allocator's
+    // own tests are written against them). The runtime always passes its
+    // options' planner, whose default is planner_from_env() (ir/pass_options.h).
     explicit GraphAllocator(std::vector<backend::Backend*> backends,
                             Planner planner = Planner::Classes);
     ~GraphAllocator();  // returns every buffer it holds (plans, staging, KV) to the pools

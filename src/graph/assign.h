@@ -4,8 +4,8 @@
 
 #include <span>
 
-#include "backend/backend.h"
-#include "graph/ir.h"
+#include "ir/backend.h"
+#include "ir/ir.h"
 
 namespace minfer::graph {
 

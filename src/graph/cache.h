@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "graph/alloc.h"
-#include "graph/ir.h"
+#include "ir/ir.h"
 #include "tensor/dtype.h"
 
 namespace minfer::graph {

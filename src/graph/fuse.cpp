@@ -7,11 +7,6 @@ namespace minfer::graph {
 
 namespace {
 
-bool env_on(const char* name) {
-    const char* v = std::getenv(name);
-    return v && *v && std::strcmp(v, "0") != 0;
-}
-
 // silu(gate) * up -> SwiGLU(gate, up); the Silu is orphaned.
 int fuse_ffn(Graph& g) {
     int made = 0;
@@ -103,13 +98,6 @@ bool fuse_qkv_layer(Graph& g, NodeId attn_id) {
 }
 
 }  // namespace
-
-FuseOptions fuse_options_from_env() {
-    FuseOptions o;
-    o.qkv = !env_on("MINFER_NO_FUSE_QKV");
-    o.ffn = !env_on("MINFER_NO_FUSE_FFN");
-    return o;
-}
 
 int eliminate_dead(Graph& g) {
     std::vector<char> live(g.size(), 0);

@@ -4,17 +4,10 @@
 // no buffer and the scheduler skips it — a dead node cannot corrupt memory.
 #pragma once
 
-#include "graph/ir.h"
+#include "ir/ir.h"
+#include "ir/pass_options.h"
 
 namespace minfer::graph {
-
-struct FuseOptions {
-    bool qkv = true;  // FusedQKV + QkvBiasRopeStore (MINFER_NO_FUSE_QKV=1 turns it off)
-    bool ffn = true;  // SwiGLU (MINFER_NO_FUSE_FFN=1 turns it off)
-};
-
-// Reads MINFER_NO_FUSE_QKV / MINFER_NO_FUSE_FFN.
-FuseOptions fuse_options_from_env();
 
 struct FuseStats {
     int qkv = 0;   // layers whose Q/K/V were fused

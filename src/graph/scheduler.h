@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "graph/alloc.h"
-#include "graph/ir.h"
+#include "ir/ir.h"
 
 namespace minfer::graph {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "graph/moe_layout.h"
+#include "ir/moe_layout.h"
 #include "util/error.h"
 
 namespace minfer::model {

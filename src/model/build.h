@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "graph/ir.h"
+#include "ir/ir.h"
 #include "model/model.h"
 
 namespace minfer::model {

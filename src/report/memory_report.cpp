@@ -5,7 +5,6 @@
 
 #include "graph/cache.h"
 #include "runtime/session.h"
-#include "runtime/session_impl.h"
 
 namespace minfer::report {
 
@@ -87,11 +86,10 @@ GraphMemory describe_graph(const Graph& g, const GraphAllocator& alloc, std::str
 MemoryRecorder::MemoryRecorder(runtime::Session& session)
     : session_(session), graphs_(std::make_shared<std::vector<GraphMemory>>()) {
     auto graphs = graphs_;
-    runtime::Session::Impl& impl = session.impl();
-    impl.pass_observers.push_back(
-        [graphs, &impl](const Graph& g, const graph::GraphParams& params, bool rebuilt) {
+    session.add_pass_observer(
+        [graphs, &session](const Graph& g, const graph::GraphParams& params, bool rebuilt) {
             if (!rebuilt) return;
-            graphs->push_back(describe_graph(g, impl.cache->allocator(),
+            graphs->push_back(describe_graph(g, session.allocator(),
                                              params.kind == graph::kDecode ? "decode" : "prefill",
                                              params.n_tokens));
         });
@@ -106,7 +104,7 @@ MemoryReport MemoryRecorder::report() const {
     r.run.graphs_built = s.graphs_built;
     r.run.rebuilds_after_first_decode = s.rebuilds_after_first_decode;
     r.run.allocations_after_first_decode = s.allocations_after_first_decode;
-    const graph::GraphAllocator& alloc = session_.impl().cache->allocator();
+    const graph::GraphAllocator& alloc = session_.allocator();
     r.run.activation_bytes_held = alloc.activation_bytes_held();
     r.run.activation_bytes_at_warmup = s.activation_bytes_at_warmup;
     r.run.activation_growth_after_warmup = s.activation_growth_after_warmup;
@@ -120,7 +118,7 @@ MemoryReport MemoryRecorder::report() const {
     r.run.regrouped_bytes = session_.model().regrouped_bytes;
     r.run.weights_moved = r.run.regrouped_bytes > 0;  // interleave_weights moves all or none
     r.run.kernel_scratch_bytes = session_.kernel_scratch_bytes();
-    const graph::CParams& cp = session_.impl().cparams;
+    const graph::CParams& cp = session_.cparams();
     if (cp.kv_page > 0) {
         r.run.kv_page_cells = cp.kv_page;
         r.run.kv_pages = cp.n_ctx / cp.kv_page;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "graph/alloc.h"
-#include "graph/ir.h"
+#include "ir/ir.h"
 
 namespace minfer::runtime {
 class Session;

@@ -7,10 +7,9 @@
 #include <map>
 
 #include "graph/cache.h"
-#include "graph/kv_layout.h"
+#include "ir/kv_layout.h"
 #include "report/graph_dump.h"
 #include "runtime/session.h"
-#include "runtime/session_impl.h"
 #include "util/error.h"
 
 namespace minfer::report {
@@ -30,10 +29,9 @@ struct GraphRecorder::State {
 GraphRecorder::GraphRecorder(runtime::Session& session, bool trace_values)
     : state_(std::make_shared<State>()) {
     state_->trace = trace_values;
-    runtime::Session::Impl& impl = session.impl();
     auto st = state_;
     if (trace_values) {
-        impl.scheduler.set_node_hook([st](const Graph& g, NodeId id, GraphAllocator& alloc) {
+        session.set_node_hook([st](const Graph& g, NodeId id, GraphAllocator& alloc) {
             const auto ref = alloc.node_buffer(id);
             if (!ref) return;
             const graph::Node& node = g.node(id);
@@ -47,9 +45,9 @@ GraphRecorder::GraphRecorder(runtime::Session& session, bool trace_values)
                     : value_stats(reinterpret_cast<const float*>(st->tmp.data()), count);
         });
     }
-    impl.pass_observers.push_back([st, &impl](const Graph& g, const graph::GraphParams& params,
-                                              bool rebuilt) {
-        GraphAllocator& alloc = impl.cache->allocator();
+    session.add_pass_observer([st, &session](const Graph& g, const graph::GraphParams& params,
+                                             bool rebuilt) {
+        GraphAllocator& alloc = session.allocator();
         if (rebuilt) {
             nlohmann::json rec = graph_record(
                 g, alloc, params.kind == graph::kDecode ? "decode" : "prefill", params.n_tokens);
@@ -115,7 +113,7 @@ void dump_state(runtime::Session& session, const std::vector<float>& logits, int
     index["n_ctx"] = session.n_ctx();
     write_raw(dir + "/logits.f32", logits.data(), logits.size() * sizeof(float));
     index["logits"] = {{"file", "logits.f32"}, {"dtype", "f32"}, {"shape", {n_vocab, n_out}}};
-    GraphAllocator& alloc = session.impl().cache->allocator();
+    GraphAllocator& alloc = session.allocator();
     const auto& hp = session.model().hp;
     nlohmann::json kv = nlohmann::json::array();
     std::vector<uint8_t> buf;
@@ -126,7 +124,7 @@ void dump_state(runtime::Session& session, const std::vector<float>& logits, int
         // The regions in the cache's element type (f32 or f16), a row per
         // cell: the file is named after the type and the row count comes
         // from its row size. K is stored element-major in blocks of cells
-        // (graph/kv_layout.h) and written back as rows.
+        // (ir/kv_layout.h) and written back as rows.
         const tensor::DType kv_type = session.options().kv_type;
         const std::string dtype(tensor::dtype_name(kv_type));
         const std::string file = pb.name + "." + dtype;

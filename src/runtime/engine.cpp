@@ -18,12 +18,12 @@
 #include <mutex>
 #include <thread>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/factory.h"
 #include "graph/assign.h"
 #include "graph/cache.h"
-#include "graph/kv_layout.h"
 #include "graph/kv_pages.h"
 #include "graph/scheduler.h"
+#include "ir/kv_layout.h"
 #include "model/build.h"
 #include "runtime/engine_impl.h"
 #include "tensor/dtype.h"
@@ -104,7 +104,7 @@ Engine::Impl::Impl(const model::Model& m, const EngineOptions& o) : model(m), op
     pool = std::make_unique<graph::KvPagePool>(n_pages);
     page_tokens.assign(static_cast<size_t>(n_pages), {});
 
-    cpu = std::make_unique<backend::CpuBackend>(opt.n_threads, opt.batch_invariant);
+    cpu = backend::make_cpu_backend(opt.n_threads, opt.batch_invariant);
     backends.push_back(cpu.get());
     cache = std::make_unique<graph::GraphCache>(backends, opt.planner);
     cparams.n_ctx = int64_t{n_pages + 1} * P;

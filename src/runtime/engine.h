@@ -19,8 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "graph/alloc.h"
-#include "graph/fuse.h"
+#include "ir/pass_options.h"
 #include "model/model.h"
 #include "runtime/sampler.h"
 #include "structured/constraint.h"

@@ -15,13 +15,10 @@
 #include <vector>
 
 #include "graph/cache.h"
+#include "graph/fuse.h"
 #include "graph/kv_pages.h"
 #include "graph/scheduler.h"
 #include "runtime/engine.h"
-
-namespace minfer::backend {
-class CpuBackend;
-}
 
 namespace minfer::runtime {
 
@@ -100,7 +97,7 @@ struct Engine::Impl {
 
     const model::Model& model;
     EngineOptions opt;
-    std::unique_ptr<backend::CpuBackend> cpu;
+    std::unique_ptr<backend::Backend> cpu;
     std::vector<backend::Backend*> backends;
     std::unique_ptr<graph::GraphCache> cache;
     graph::Scheduler scheduler;

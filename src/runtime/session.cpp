@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/quant_dot.h"
-#include "backend/queue/queue_backend.h"
+#include "backend/factory.h"
 #include "graph/cache.h"
 #include "graph/kv_pages.h"
 #include "graph/scheduler.h"
@@ -33,10 +31,10 @@ Session::Session(const model::Model& model, SessionOptions options)
 Session::~Session() = default;
 
 Session::Impl::Impl(const model::Model& model, const SessionOptions& o) : model(model) {
-    cpu = std::make_unique<backend::CpuBackend>(o.n_threads, o.batch_invariant);
+    cpu = backend::make_cpu_backend(o.n_threads, o.batch_invariant);
     backends.push_back(cpu.get());
     if (o.queue_end_layer > o.queue_first_layer) {
-        queue = std::make_unique<backend::QueueBackend>(o.batch_invariant);
+        queue = backend::make_queue_backend(o.batch_invariant);
         backends.push_back(queue.get());
     }
     cache = std::make_unique<graph::GraphCache>(backends, o.planner);
@@ -176,11 +174,11 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
 }
 
 size_t Session::kernel_scratch_bytes() const {
-    return impl_->cpu ? impl_->cpu->threads().scratch_bytes() : 0;
+    return impl_->cpu ? impl_->cpu->scratch_bytes() : 0;
 }
 
 size_t regroup_weights_for_cpu(model::Model& m) {
-    return m.interleave_weights([](tensor::DType t) { return cpu::group_dot_fn(t) != nullptr; });
+    return m.interleave_weights(backend::cpu_groups_weight_rows);
 }
 
 }  // namespace minfer::runtime

@@ -4,15 +4,21 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "graph/alloc.h"
-#include "graph/assign.h"
-#include "graph/fuse.h"
+#include "ir/ir.h"
+#include "ir/pass_options.h"
 #include "model/model.h"
+
+namespace minfer::graph {
+class GraphAllocator;
+struct GraphParams;
+struct CParams;
+}  // namespace minfer::graph
 
 namespace minfer::runtime {
 
@@ -77,7 +83,23 @@ class Session {
     size_t kernel_scratch_bytes() const;
     const SessionStats& stats() const { return stats_; }
 
-    // The internals, for reports and the visual page.
+    // What the reports (memory report, graph dump, trace, state dump) see of
+    // the passes. An observer is called after every forward pass, once its
+    // graph has executed (so split staging is minted), with that pass's
+    // graph parameters and whether the graph was built for it (false:
+    // reused from the cache).
+    using PassObserver =
+        std::function<void(const graph::Graph&, const graph::GraphParams&, bool rebuilt)>;
+    void add_pass_observer(PassObserver observer);
+    // Called after every node runs (the value trace); replaces the last hook.
+    using NodeHook =
+        std::function<void(const graph::Graph&, graph::NodeId, graph::GraphAllocator&)>;
+    void set_node_hook(NodeHook hook);
+    // The allocator of the session's graphs: node buffers, KV regions, counters.
+    graph::GraphAllocator& allocator();
+    // The context parameters every graph of the session is built with.
+    const graph::CParams& cparams() const;
+
     struct Impl;
     Impl& impl() { return *impl_; }
 

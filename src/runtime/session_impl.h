@@ -6,16 +6,12 @@
 #include <memory>
 #include <vector>
 
-#include "backend/backend.h"
 #include "graph/assign.h"
 #include "graph/cache.h"
+#include "graph/fuse.h"
 #include "graph/scheduler.h"
+#include "ir/backend.h"
 #include "runtime/session.h"
-
-namespace minfer::backend {
-class CpuBackend;
-class QueueBackend;
-}  // namespace minfer::backend
 
 namespace minfer::runtime {
 
@@ -30,8 +26,8 @@ struct Session::Impl {
     size_t pool_allocations() const;
 
     const model::Model& model;
-    std::unique_ptr<backend::CpuBackend> cpu;
-    std::unique_ptr<backend::QueueBackend> queue;  // only with --queue-layers
+    std::unique_ptr<backend::Backend> cpu;
+    std::unique_ptr<backend::Backend> queue;  // only with --queue-layers
     std::vector<backend::Backend*> backends;
     std::unique_ptr<graph::GraphCache> cache;
     graph::Scheduler scheduler;

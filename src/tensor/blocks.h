@@ -99,6 +99,19 @@ static_assert(sizeof(block_q8_K) == 292);
 static_assert(sizeof(block_iq4_nl) == 18);
 static_assert(sizeof(block_iq4_xs) == 136);
 
+// The 6-bit (scale, min) pair j of a Q4_K / Q5_K super-block's 12 packed
+// scale bytes (ggml's get_scale_min_k4): the reference dequantizers and
+// every CPU kernel level read them through this one function.
+inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
 // The non-linear 4-bit grid of IQ4_NL / IQ4_XS.
 inline constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                              1,    13,   25,  38,  53,  69,  89,  113};

@@ -16,8 +16,6 @@ namespace minfer::tensor {
 
 namespace {
 
-using detail::get_scale_min_k4;
-
 void dequantize_q4_0(const block_q4_0* x, float* y, int64_t n) {
     const int64_t nb = n / QK4_0;
     for (int64_t i = 0; i < nb; ++i) {

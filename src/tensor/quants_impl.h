@@ -34,15 +34,4 @@ void quantize_q8_K(const float* x, block_q8_K* y, int64_t n);
 void quantize_iq4_nl(const float* x, block_iq4_nl* y, int64_t n);
 void quantize_iq4_xs(const float* x, block_iq4_xs* y, int64_t n);
 
-// The 6-bit (scale, min) pair j of a Q4_K / Q5_K super-block.
-inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
-    }
-}
-
 }  // namespace minfer::tensor::detail

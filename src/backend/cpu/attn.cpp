@@ -7,12 +7,10 @@
 #include <utility>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/x86/intrinsics.h"
 #include "util/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
 #define MINFER_ATTN_X86 1
 #include "backend/cpu/simd_exp.h"
 #endif
@@ -86,7 +84,7 @@ MINFER_AVX2 inline __m256 load8(bool f16, const void* base, int64_t i) {
 
 // K of `run` consecutive cells from key j's (one K block) as floats,
 // dim-major: dst[d * ld + l] = dim d of key j + l (this head). The cache
-// holds K so (graph/kv_layout.h): each dim's run is copied (converted) 8
+// holds K so (ir/kv_layout.h): each dim's run is copied (converted) 8
 // at a time.
 MINFER_AVX2 void gather_k_run(const AttnRows& a, int64_t j, int64_t run, float* dst, int64_t ld) {
     const int64_t first = k_elem(a, j);
@@ -463,7 +461,7 @@ MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
 // the 8 or 16 lanes of the many-rows kernels and make them convert and
 // copy the whole K/V run for a few FMAs per key. Here 8 keys (16 at
 // AVX-512) share a vector instead: the cache holds one dim of a head over
-// consecutive cells side by side (graph/kv_layout.h), so a vector of keys
+// consecutive cells side by side (ir/kv_layout.h), so a vector of keys
 // is one load (and conversion) per dim, and each row's scores take one FMA
 // per dim: per (row, key) the same FMA chain as the many-rows kernels (d
 // ascending from zero, then times scale), the same softmax sums (each 16

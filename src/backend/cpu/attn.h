@@ -2,13 +2,13 @@
 // cached keys, softmax, the weighted sum of V rows — with AVX-512 or AVX2
 // (FMA, F16C), whichever cpu::isa_level() allows, or NEON (the scalar loop
 // in kernels.cpp stays the reference). The regions are laid out as
-// graph/kv_layout.h says: V row-major, K element-major in blocks of cells.
+// ir/kv_layout.h says: V row-major, K element-major in blocks of cells.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "graph/kv_layout.h"
+#include "ir/kv_layout.h"
 
 namespace minfer::cpu {
 

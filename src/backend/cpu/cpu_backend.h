@@ -5,9 +5,9 @@
 #include <array>
 #include <span>
 
-#include "backend/backend.h"
+#include "backend/cpu/host_pool.h"
 #include "backend/cpu/kernels.h"
-#include "backend/host_pool.h"
+#include "ir/backend.h"
 #include "util/thread_pool.h"
 
 namespace minfer::backend {
@@ -38,6 +38,7 @@ class CpuBackend : public Backend {
                       const KvPair* kv,
                       std::span<const std::array<int64_t, 4>> src_ne = {}) override;
     void synchronize() override {}  // every node ran when execute_node returned
+    size_t scratch_bytes() const override { return threads_.scratch_bytes(); }
 
     ThreadPool& threads() { return threads_; }
     const HostPool& pool() const { return pool_; }

@@ -10,16 +10,12 @@
 #include "backend/cpu/interleaved_simd.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/x86/gemm_avx2.h"
+#include "backend/cpu/x86/intrinsics.h"
 #include "tensor/blocks.h"
 #include "tensor/interleave.h"
 #include "util/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_*
-// placeholders of permutes and conversions) once they are inlined here.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
 #define MINFER_GEMM_X86 1
 #endif
 #if defined(__aarch64__)
@@ -39,9 +35,11 @@ using gemm_layout::kGroup;  // elements per scale in the common form
 #ifndef MINFER_GEMM_T
 #define MINFER_GEMM_T 6
 #endif
-// The micro-tile: kMR weight rows x kMT tokens of float accumulators. 2 x 8
-// measured best on Zen 4 (bench: 95 GOP/s for 4 x 4, ~120 for 2 x 8 and
-// 4 x 6, one core, K = 896): 16 accumulators leave room for the operands.
+// The micro-tile: kMR weight rows x kMT tokens of float accumulators. The
+// kMR * kMT accumulators, the kMR weight vectors and a broadcast activation
+// must stay in the 32 zmm registers, or the inner loop spills; 2 x 6 leaves
+// room for them. MINFER_GEMM_R / MINFER_GEMM_T (compile definitions) change
+// the tile to measure another one (bench/bench_kernels).
 constexpr int kMR = MINFER_GEMM_R, kMT = MINFER_GEMM_T;
 
 // Everything from here to gemm_isa is the AVX-512 VNNI GEMM (x86-64 only;

@@ -5,9 +5,9 @@
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
 #include <cstdint>
+
+#include "backend/cpu/x86/intrinsics.h"
 
 namespace minfer::cpu::interleaved {
 

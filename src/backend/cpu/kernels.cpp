@@ -13,7 +13,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/vec_ops.h"
-#include "graph/kv_layout.h"
+#include "ir/kv_layout.h"
 #include "tensor/interleave.h"
 #include "util/error.h"
 
@@ -100,7 +100,7 @@ void add_row(const float* a, const float* b, float* y, int64_t n) {
 
 // ---- the KV cache rows ---------------------------------------------------------
 // A cell holds n_kv_embd elements of kv_type (F32 or F16): V rows are
-// contiguous, K cells element-major in blocks (graph/kv_layout.h).
+// contiguous, K cells element-major in blocks (ir/kv_layout.h).
 
 void store_v_row(DType t, const float* src, void* region, int64_t cell, int64_t n) {
     if (t == DType::F32) {

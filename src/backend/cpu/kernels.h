@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "graph/ir.h"
+#include "ir/ir.h"
 #include "util/thread_pool.h"
 
 namespace minfer::cpu {

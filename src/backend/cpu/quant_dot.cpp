@@ -8,6 +8,7 @@
 #include "backend/cpu/interleaved_simd.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/x86/gemm_avx2.h"
+#include "backend/cpu/x86/intrinsics.h"
 #include "tensor/blocks.h"
 #include "tensor/quants.h"
 #include "util/error.h"
@@ -17,7 +18,7 @@
 // plain x86-64, x86-64-v3 (AVX2) and x86-64-v4 (AVX-512) — and picked by
 // the kernel level (at_level), so MINFER_CPU caps them as it caps the
 // hand-written kernels and the tests run every variant on a host that has
-// them. (They were target_clones, which the CPU alone picked at load.)
+// them.
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MINFER_TARGET_V4 __attribute__((target("arch=x86-64-v4")))
 #define MINFER_TARGET_V3 __attribute__((target("arch=x86-64-v3")))
@@ -52,11 +53,6 @@ Fn at_level(Fn v4, Fn v3, Fn plain) {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
-// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_*
-// placeholders) once they are inlined here.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
 #define MINFER_X86_SIMD 1
 #endif
 
@@ -85,17 +81,6 @@ MINFER_INLINE int32_t dot_i8(const int8_t* __restrict a, const int8_t* __restric
     int32_t s = 0;
     for (int i = 0; i < N; ++i) s += static_cast<int32_t>(a[i]) * static_cast<int32_t>(b[i]);
     return s;
-}
-
-// The 6-bit scale and min j of a Q4_K / Q5_K block (ggml's get_scale_min_k4).
-MINFER_INLINE void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
 }
 
 // The 16 signed 6-bit scales of a Q3_K block, minus 32.
@@ -312,7 +297,7 @@ MINFER_AVX2 inline __m256i scales2_avx2(int a, int b) {
 }
 
 // The 8 six-bit scales (bytes 0-7) and mins (bytes 8-15) of a Q4_K / Q5_K
-// block, unpacked with word operations (the same values as scale_min_k4).
+// block, unpacked with word operations (the same values as get_scale_min_k4).
 MINFER_INLINE void q4k_scales_mins(const uint8_t* packed, uint8_t* out16) {
     uint32_t u[4];
     std::memcpy(u, packed, 12);
@@ -790,23 +775,6 @@ MINFER_VNNI512 void group_dot_q6_K(int64_t n, const void* vw, const void* va, fl
     _mm512_storeu_ps(out, acc);
 }
 
-MINFER_VNNI256 float dot_q5_0_vnni(int64_t n, const void* vw, const void* va) {
-    const auto* x = static_cast<const block_q5_0*>(vw);
-    const auto* y = static_cast<const block_q8_0*>(va);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
-    const int64_t nb = n / QK5_0;
-    int64_t ib = 0;
-    for (; ib + 4 <= nb; ib += 4) {
-        acc0 = _mm256_add_ps(acc0, q5_0_block_vnni(x[ib], y[ib]));
-        acc1 = _mm256_add_ps(acc1, q5_0_block_vnni(x[ib + 1], y[ib + 1]));
-        acc2 = _mm256_add_ps(acc2, q5_0_block_vnni(x[ib + 2], y[ib + 2]));
-        acc3 = _mm256_add_ps(acc3, q5_0_block_vnni(x[ib + 3], y[ib + 3]));
-    }
-    for (; ib < nb; ++ib) acc0 = _mm256_add_ps(acc0, q5_0_block_vnni(x[ib], y[ib]));
-    return hsum_avx2(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-}
-
 // Q8_0 x Q8_0 the same way (vpdpbusd for maddubs + madd).
 MINFER_VNNI256 inline __m256 q8_0_block_vnni(const block_q8_0& x, const block_q8_0& y) {
     const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
@@ -832,11 +800,11 @@ MINFER_VNNI256 float dot_q8_0_vnni(int64_t n, const void* vw, const void* va) {
 
 // The AVX-512 VNNI kernels (256- and 512-bit) belong to the Avx512 level,
 // the plain AVX2 ones to Avx2: both follow the MINFER_CPU cap (isa.h).
-bool has_vnni256() {
+bool at_avx512() {
     return isa_at_least(IsaLevel::Avx512);
 }
 
-bool has_avx2() {
+bool at_avx2() {
     return isa_at_least(IsaLevel::Avx2);
 }
 #endif
@@ -903,7 +871,7 @@ MINFER_INLINE float dot_k4_superblock(const Block& x, const block_q8_K& y, const
     int isum = 0, summ = 0;
     for (int j = 0; j < 8; ++j) {
         uint8_t sc, m;
-        scale_min_k4(j, x.scales, &sc, &m);
+        get_scale_min_k4(j, x.scales, &sc, &m);
         isum += sc * dot_i8<32>(a + 32 * j, y.qs + 32 * j);
         summ += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
     }
@@ -1136,14 +1104,14 @@ void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
 
 GroupDotFn group_dot_fn(DType w) {
 #ifdef MINFER_X86_SIMD
-    const bool vnni512 = has_vnni256();
+    const bool vnni512 = at_avx512();
     const bool bitalg = vnni512 && cpu_has_avx512_bitalg();
     if (w == DType::Q5_0 && bitalg) return group_dot_q5_0;
     if (w == DType::Q4_K && vnni512) return group_dot_q4_K;
     if (w == DType::Q6_K && vnni512) return group_dot_q6_K;
     if (w == DType::Q8_0 && vnni512) return group_dot_q8_0;
     // Avx2: Q8_0, Q4_K, Q6_K (x86/gemm_avx2.cpp, beside the GEMM it mirrors).
-    if (!vnni512 && has_avx2()) return avx2::group_dot(w);
+    if (!vnni512 && at_avx2()) return avx2::group_dot(w);
 #endif
     (void)w;
     return nullptr;
@@ -1166,17 +1134,16 @@ VecDotFn vec_dot_fn(DType w) {
             return at_level(dot_q4_1_v4, dot_q4_1_v3, dot_q4_1);
         case DType::Q5_0:
 #ifdef MINFER_X86_SIMD
-            if (has_vnni256()) return dot_q5_0_vnni512;
-            if (has_vnni256()) return dot_q5_0_vnni;
-            if (has_avx2()) return dot_q5_0_avx2;
+            if (at_avx512()) return dot_q5_0_vnni512;
+            if (at_avx2()) return dot_q5_0_avx2;
 #endif
             return at_level(dot_q5_0_v4, dot_q5_0_v3, dot_q5_0);
         case DType::Q5_1:
             return at_level(dot_q5_1_v4, dot_q5_1_v3, dot_q5_1);
         case DType::Q8_0:
 #ifdef MINFER_X86_SIMD
-            if (has_vnni256()) return dot_q8_0_vnni;
-            if (has_avx2()) return dot_q8_0_avx2;
+            if (at_avx512()) return dot_q8_0_vnni;
+            if (at_avx2()) return dot_q8_0_avx2;
 #endif
             return at_level(dot_q8_0_v4, dot_q8_0_v3, dot_q8_0);
         case DType::Q2_K:
@@ -1185,16 +1152,16 @@ VecDotFn vec_dot_fn(DType w) {
             return at_level(dot_q3_K_v4, dot_q3_K_v3, dot_q3_K);
         case DType::Q4_K:
 #ifdef MINFER_X86_SIMD
-            if (has_vnni256()) return dot_q4_K_vnni512;
-            if (has_avx2()) return dot_q4_K_avx2;
+            if (at_avx512()) return dot_q4_K_vnni512;
+            if (at_avx2()) return dot_q4_K_avx2;
 #endif
             return at_level(dot_q4_K_v4, dot_q4_K_v3, dot_q4_K);
         case DType::Q5_K:
             return at_level(dot_q5_K_v4, dot_q5_K_v3, dot_q5_K);
         case DType::Q6_K:
 #ifdef MINFER_X86_SIMD
-            if (has_vnni256()) return dot_q6_K_vnni512;
-            if (has_avx2()) return dot_q6_K_avx2;
+            if (at_avx512()) return dot_q6_K_vnni512;
+            if (at_avx2()) return dot_q6_K_avx2;
 #endif
             return at_level(dot_q6_K_v4, dot_q6_K_v3, dot_q6_K);
         case DType::IQ4_NL:

@@ -2,7 +2,7 @@
 // files that already include <immintrin.h> on x86-64 GCC/Clang).
 #pragma once
 
-#include <immintrin.h>
+#include "backend/cpu/x86/intrinsics.h"
 
 #define MINFER_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
 

@@ -4,11 +4,9 @@
 
 #include "backend/cpu/arm/neon.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/x86/intrinsics.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
 #define MINFER_VEC_X86 1
 #include "backend/cpu/simd_exp.h"
 #endif

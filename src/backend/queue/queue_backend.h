@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "backend/backend.h"
-#include "backend/host_pool.h"
+#include "backend/cpu/host_pool.h"
+#include "ir/backend.h"
 #include "util/thread_pool.h"
 
 namespace minfer::backend {

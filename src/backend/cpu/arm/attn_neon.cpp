@@ -93,7 +93,7 @@ bool attn_simd_supported(int64_t hd) {
 // The keys and values of this KV head are first gathered run by run of
 // consecutive cells into the scratch as contiguous rows, in the cache's own
 // element type (K transposed back from its element-major blocks,
-// graph/kv_layout.h), so the per-row kernel rounds through f16 exactly as
+// ir/kv_layout.h), so the per-row kernel rounds through f16 exactly as
 // it would on the region itself.
 // scratch (attn_rows_scratch_floats): scores [n_kv_max] | K rows | V rows.
 void attn_rows_simd(const AttnRows& a, float* scratch) {

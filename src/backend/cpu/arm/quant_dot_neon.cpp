@@ -24,18 +24,6 @@ inline float h2f(f16_t h) {
     return fp16_to_fp32(h);
 }
 
-// The 6-bit scale and min of sub-block j of a Q4_K / Q5_K block (ggml's
-// get_scale_min_k4, as in quant_dot.cpp).
-inline void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 // Plain NEON (ARMv8.0): widening multiplies into int16, pairwise added into
 // int32. |product| <= 128 * 127, so the int16 lanes cannot overflow.
 namespace plain {

@@ -12,7 +12,7 @@
 #include "util/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "backend/cpu/x86/intrinsics.h"
 #define MINFER_GEMM_AVX2 1
 #include "backend/cpu/x86/transpose_avx2.h"
 #endif
@@ -35,10 +35,9 @@ constexpr int kPanels = 4;  // panels per tile (32 rows, as the AVX-512 tile)
 // The micro-tile: kMR panels x kMT tokens. Per (panel, token) one integer
 // sum and one float accumulator, plus a panel's quad and its absolute value:
 // at 2 x 4 the integer sums stay in registers through a group's quads and
-// only the float accumulators (touched once a group) spill; 2 x 4 measured
-// best of 1x4, 2x2, 2x3, 3x2, 2x4 (Zen 5 capped at AVX2, one thread, K = 896
-// / 4864, 512 tokens; the host was shared, so only roughly: 32-34 ms against
-// 34-42 ms for the others).
+// only the float accumulators (touched once a group) spill; a larger tile
+// spills the integer sums of the 16 ymm registers. MINFER_GEMM2_R /
+// MINFER_GEMM2_T (compile definitions) change it to measure another one.
 constexpr int kMR = MINFER_GEMM2_R, kMT = MINFER_GEMM2_T;
 static_assert(kPanels % kMR == 0);
 

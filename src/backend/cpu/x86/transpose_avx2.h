@@ -5,7 +5,7 @@
 // vectors of one dimension each.
 #pragma once
 
-#include <immintrin.h>
+#include "backend/cpu/x86/intrinsics.h"
 
 namespace minfer::cpu::simd {
 

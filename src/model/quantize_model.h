@@ -15,7 +15,9 @@
 
 #include "tensor/dtype.h"
 
-namespace minfer::tensor {
+namespace minfer::model {
+
+using tensor::DType;
 
 // One tensor of the output file.
 struct TensorQuantReport {
@@ -85,4 +87,4 @@ DType choose_tensor_type(uint32_t ftype_id, const ModelQuantInfo& info, const st
                          const std::array<int64_t, 4>& ne, DType in_type,
                          std::string* note = nullptr);
 
-}  // namespace minfer::tensor
+}  // namespace minfer::model

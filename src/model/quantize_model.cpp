@@ -1,4 +1,4 @@
-#include "tensor/quantize_model.h"
+#include "model/quantize_model.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 #include "tensor/quants.h"
 #include "util/error.h"
 
-namespace minfer::tensor {
+namespace minfer::model {
 
 namespace {
 
@@ -422,4 +422,4 @@ QuantizeReport quantize_model(const std::string& in_path, const std::string& out
     return report;
 }
 
-}  // namespace minfer::tensor
+}  // namespace minfer::model

@@ -8,7 +8,7 @@
 #include <span>
 #include <string_view>
 
-#include "graph/ir.h"
+#include "ir/ir.h"
 
 namespace minfer::backend {
 
@@ -76,6 +76,9 @@ class Backend {
     virtual void submit() {}
     // Wait until everything submitted has finished.
     virtual void synchronize() = 0;
+
+    // Bytes of scratch the backend's kernels hold (their peak so far).
+    virtual size_t scratch_bytes() const { return 0; }
 };
 
 }  // namespace minfer::backend

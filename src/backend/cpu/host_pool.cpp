@@ -1,4 +1,4 @@
-#include "backend/host_pool.h"
+#include "backend/cpu/host_pool.h"
 
 #include <unistd.h>
 

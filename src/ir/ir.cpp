@@ -1,4 +1,4 @@
-#include "graph/ir.h"
+#include "ir/ir.h"
 
 #include <atomic>
 #include <deque>

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "backend/backend.h"
+#include "ir/backend.h"
 
 namespace minfer::backend {
 

@@ -39,7 +39,7 @@ enum class Op : uint8_t {
                  // src3: cell = position; -1: a padding token, nothing stored) of the
                  // layer's K and V regions. Shape
                  // [n_kv_embd, n_ctx] mirrors the persistent region; its buffer *is* the
-                 // K region. Cells: graph/kv_layout.h (n_ctx whole K blocks).
+                 // K region. Cells: ir/kv_layout.h (n_ctx whole K blocks).
     Attn,        // causal GQA: src0 q rows (q in columns [0, n_head*head_dim)),
                  // src1 the layer's KvStore or QkvBiasRopeStore (ordering), src2 positions,
                  // optional src3 kv_rows [n] and src4 kv_pages [n_seqs * pages_per_seq]
@@ -53,7 +53,7 @@ enum class Op : uint8_t {
                        // (bq, bk, bv) for qwen2 or (q_norm, k_norm) for qwen3. Adds biases
                        // or applies the per-head norm, ropes q and k, stores k and v in the
                        // layer's regions; output = src0's shape (runs in place).
-    // Mixture of experts (graph/moe_layout.h). k = experts per token, slots
+    // Mixture of experts (ir/moe_layout.h). k = experts per token, slots
     // = k * n (slot t * k + j: token t's j-th choice).
     Softmax,       // each row of src0 [ne0, n] (ggml_soft_max: exp in float, the sum in double)
     TopK,          // src0 [n_expert, n] -> I32 [k, n]: each row's k largest, largest first,
