@@ -146,7 +146,7 @@ int cmd_batched_bench(int argc, char** argv, int first) {
     const runtime::SessionOptions so = eng.session_options();
     if (eng.ctx_size < 1) throw UsageError("-c must be >= 1");
 
-    model::Model model = eng.load_model(model_path);
+    model::Model model = eng.load_model(model_path, eng.batch_size);
     runtime::EngineOptions eo;
     eo.n_ctx = eng.ctx_size;
     eo.n_batch = eng.batch_size;
