@@ -151,7 +151,7 @@ int cmd_batched_bench(int argc, char** argv, int first) {
     const runtime::SessionOptions so = eng.session_options();
     if (eng.ctx_size < 1) throw UsageError("-c must be >= 1");
 
-    model::Model model = eng.load_model(model_path);
+    model::Model model = eng.load_model(model_path, eng.batch_size);
     std::shared_ptr<const structured::Constraint> constraint;
     if (constraint_flags.given())
         constraint = constraint_flags.compile(tokenizer::Tokenizer::from_gguf(model.file));

@@ -67,7 +67,7 @@ int cmd_logits(int argc, char** argv, int first) {
     if (out_dir.empty()) throw UsageError("--out DIR is required");
 
     const std::vector<int32_t> ids = read_token_file(tokens_path);
-    model::Model model = eng.load_model(model_path);
+    model::Model model = eng.load_model(model_path, eng.batch_size);
     const int64_t n = static_cast<int64_t>(ids.size());
     auto ctx = runtime::plan_context(eng.ctx_size > 0 ? eng.ctx_size : n, eng.ctx_size > 0,
                                      model.hp.n_ctx_train, n);

@@ -35,7 +35,7 @@ int cmd_perplexity(int argc, char** argv, int first) {
     std::ostringstream os;
     os << in.rdbuf();
 
-    model::Model model = eng.load_model(model_path);
+    model::Model model = eng.load_model(model_path, eng.batch_size);
     tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(model.file);
     const std::vector<int32_t> ids = tok.encode(os.str(), /*parse_special=*/false);
     const int64_t n_ctx = eng.ctx_size;

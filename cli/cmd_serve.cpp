@@ -114,7 +114,7 @@ int cmd_serve(int argc, char** argv, int first) {
     std::fprintf(stderr, "minfer: listening on http://%s:%d (loading %s)\n", host.c_str(), bound,
                  model_path.c_str());
 
-    model::Model model = eng.load_model(model_path);
+    model::Model model = eng.load_model(model_path, n_parallel);
     runtime::EngineOptions eo;
     eo.n_ctx = eng.ctx_size;
     eo.n_batch = so.n_batch;

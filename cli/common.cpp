@@ -9,6 +9,7 @@
 #include "backend/cpu/isa.h"
 #include "structured/grammar.h"
 #include "structured/json_schema.h"
+#include "runtime/memory_fit.h"
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -147,8 +148,16 @@ std::string mask_time_summary(std::vector<float> mask_us) {
     return buf;
 }
 
-model::Model EngineFlags::load_model(const std::string& path) const {
+model::Model EngineFlags::load_model(const std::string& path, int64_t logit_rows) const {
+    // Opening maps the file and reads its header only: nothing is resident
+    // yet when a file too large for the machine is refused.
     model::Model m = model::Model::load(path);
+    if (const auto avail = runtime::available_memory()) {
+        const auto kv = tensor::dtype_from_name(kv_type);
+        runtime::check_fits(runtime::estimate_memory(m.hp, m.weight_bytes, ctx_size, batch_size,
+                                                     logit_rows, kv ? *kv : tensor::DType::F32),
+                            *avail, path);
+    }
     if (!no_interleave) runtime::regroup_weights_for_cpu(m);
     return m;
 }

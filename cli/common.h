@@ -36,8 +36,11 @@ struct EngineFlags {
     // Fills the session options (n_ctx is set by the caller's context plan).
     runtime::SessionOptions session_options() const;
     // Loads the model and, unless --no-interleave, regroups its matmul
-    // weights for the CPU kernels (Model::interleave_weights).
-    model::Model load_model(const std::string& path) const;
+    // weights for the CPU kernels (Model::interleave_weights). First refuses
+    // a file that does not fit in memory (runtime/memory_fit.h) with -c, -b
+    // and logit_rows rows of logits per pass (1 for one sequence's next
+    // token; a pass's every token for perplexity).
+    model::Model load_model(const std::string& path, int64_t logit_rows = 1) const;
 };
 
 // Structured output (llama.cpp's flags): --json-schema, --json-schema-file,

@@ -50,6 +50,23 @@ std::string tiny_model_path(int64_t n_ctx_train = 64) {
 
 }  // namespace
 
+// A model larger than the memory there is is refused before its weights are
+// read, with what it needs and what there is (MINFER_MEM_AVAILABLE pretends
+// a machine with 1 MiB); the same command runs when the memory is there.
+TEST(Cli, RefusesAModelThatDoesNotFitInMemory) {
+    const std::string p = tiny_model_path();
+    ::setenv("MINFER_MEM_AVAILABLE", "1M", 1);
+    auto small = run_cli("-m " + p + " -p 'a b' -n 2 --temp 0");
+    ::setenv("MINFER_MEM_AVAILABLE", "64G", 1);
+    auto big = run_cli("-m " + p + " -p 'a b' -n 2 --temp 0");
+    ::unsetenv("MINFER_MEM_AVAILABLE");
+    EXPECT_EQ(small.code, 1) << small.err;
+    EXPECT_TRUE(has(small.err, "does not fit in memory")) << small.err;
+    EXPECT_TRUE(has(small.err, "of weights")) << small.err;
+    EXPECT_TRUE(has(small.err, "1.00 MiB is available (MINFER_MEM_AVAILABLE)")) << small.err;
+    EXPECT_EQ(big.code, 0) << big.err;
+}
+
 TEST(Cli, DefaultModelWritesTextOnStdoutAndReportsOnStderr) {
     auto r = run_cli("-p 'And God said' -n 12 --seed 3");
     ASSERT_EQ(r.code, 0) << r.err;

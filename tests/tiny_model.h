@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ struct TinyModelSpec {
     float rms_eps = 1e-6f;
     tensor::DType weight_type = tensor::DType::F32;  // 2-D weights (row length must fit the blocks)
     bool tied_output = true;
+    std::optional<tensor::DType> output_type;  // untied output's type (default weight_type)
     uint32_t seed = 1;
     // Changes a tensor's values (by name) before it is written: a test's
     // model with a behaviour it can predict.
@@ -172,7 +174,8 @@ inline gguf::Writer make_tiny_model(const TinyModelSpec& s) {
     add("token_embd.weight", {E, n_vocab}, gauss(E * n_vocab, 1.0f), s.weight_type);
     add("output_norm.weight", {E}, norm_w(E), tensor::DType::F32);
     if (!s.tied_output)
-        add("output.weight", {E, n_vocab}, gauss(E * n_vocab, sd_in), s.weight_type);
+        add("output.weight", {E, n_vocab}, gauss(E * n_vocab, sd_in),
+            s.output_type.value_or(s.weight_type));
     for (int64_t il = 0; il < s.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         add(p + "attn_norm.weight", {E}, norm_w(E), tensor::DType::F32);

@@ -32,6 +32,10 @@ bool matmul_batch_invariant(const tensor::TensorView& w) {
            (w.layout == tensor::TensorView::Layout::Rows16 && group_dot_fn(w.type) != nullptr);
 }
 
+bool matmul_takes_gemm(const tensor::TensorView& w, int64_t n_tokens, bool batch_invariant) {
+    return (n_tokens >= kGemmMinTokens || batch_invariant) && gemm_supported(w.type, w.ne[0]);
+}
+
 void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stride,
             int64_t n_tokens, float* out, int64_t out_stride, ThreadPool& pool,
             bool batch_invariant) {
@@ -84,8 +88,9 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
     // The GEMM path when every part has one (fused QKV parts share a type).
     // It keeps only the GEMM form of the activations: each token's blocks
     // go through a per-thread row (less scratch: the pool keeps its peak).
-    bool gemm = n_tokens >= kGemmMinTokens || batch_invariant;
-    for (int p = 0; p < n_parts && gemm; ++p) gemm = gemm_supported(info[p].w->type, K);
+    bool gemm = true;
+    for (int p = 0; p < n_parts && gemm; ++p)
+        gemm = matmul_takes_gemm(*info[p].w, n_tokens, batch_invariant);
     size_t gemm_row[kMaxParts] = {}, gemm_offset[kMaxParts] = {};
     if (gemm) {
         act_bytes = 0;

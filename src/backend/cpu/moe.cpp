@@ -6,8 +6,11 @@
 #include <numeric>
 #include <string>
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/quant_dot.h"
 #include "ir/moe_layout.h"
+#include "tensor/interleave.h"
 #include "util/error.h"
 
 namespace minfer::cpu {
@@ -133,6 +136,24 @@ void op_moe_gather(const Node& node, const NodeData& data, ThreadPool&) {
     }
 }
 
+namespace {
+
+// Rows of one dot-product work item: whole 16-row groups, a few cache lines
+// of outputs per token, and a contiguous stretch of weight bytes (~140 KB
+// for Qwen3-30B-A3B's Q8_0 experts) long enough for the prefetchers.
+constexpr int64_t kDotItemRows = 64;
+// Below this many activation elements the caller quantizes alone (as the
+// dense matmul does).
+constexpr int64_t kParallelQuantizeMin = 1 << 15;
+
+struct ExpertItem {
+    int32_t expert;
+    int32_t r0, r1;  // weight rows of this item within the expert's slice
+    bool gemm;       // the GEMM over the expert's rows, or dot products
+};
+
+}  // namespace
+
 void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
     const TensorView* w = node.weights.at(0);
     MINFER_ASSERT(w != nullptr);
@@ -143,17 +164,124 @@ void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
     MINFER_ASSERT(gv.offset[0] == 0 && gv.offset[n_expert] == n_slots);
     const auto* x = static_cast<const float*>(data.src[0]);
     auto* y = static_cast<float*>(data.out);
-    // Each expert some slot chose: its slice once over its rows, with the
-    // dense matmul (every weight type and ISA level; a row's sums do not
-    // depend on how many rows share the call where the dense path's do not).
+
+    // Every expert some slot chose, in one dispatch over (expert, row block)
+    // items: each expert's slice streamed once for all its rows (the GEMM
+    // when the dense matmul would take it for that many tokens, so a row's
+    // sums are those of the dense path for its expert's token count), an
+    // expert nobody chose never read, and the threads balanced over the
+    // whole layer rather than one small matrix at a time.
+    const tensor::DType at = act_type(w->type);
+    const bool interleaved = w->layout == TensorView::Layout::Rows16;
+    const VecDotFn dot = vec_dot_fn(w->type);
+    const GroupDotFn group_dot = interleaved ? group_dot_fn(w->type) : nullptr;
+    MINFER_ASSERT_MSG(dot != nullptr, "MatMulId: weight type has no dot product");
+    const size_t w_row_bytes = w->row_bytes();
+    const size_t slice_bytes = w_row_bytes * static_cast<size_t>(M);
+    const auto* w_data = static_cast<const uint8_t*>(w->data);
+
+    // The items, counted first: they and the activations share the pool's
+    // scratch (steady-state decode allocates nothing).
+    enum class Path { None, Dot, Gemm };
+    auto path_of = [&](int64_t e) {
+        const int64_t n_e = gv.offset[e + 1] - gv.offset[e];
+        MINFER_ASSERT(n_e >= 0);
+        if (n_e == 0) return Path::None;
+        return matmul_takes_gemm(*w, n_e, data.batch_invariant) ? Path::Gemm : Path::Dot;
+    };
+    auto rows_per_item = [](Path p) { return p == Path::Gemm ? gemm_tile_rows() : kDotItemRows; };
+    int64_t n_items = 0;
+    bool any_dot = false, any_gemm = false;
     for (int64_t e = 0; e < n_expert; ++e) {
-        const int64_t r0 = gv.offset[e], r1 = gv.offset[e + 1];
-        MINFER_ASSERT(r0 <= r1);
-        if (r0 == r1) continue;
-        const TensorView slice = expert_slice(*w, e);
-        const MatMulPart part{&slice, 0};
-        matmul(&part, 1, x + r0 * K, K, r1 - r0, y + r0 * M, M, pool);
+        const Path p = path_of(e);
+        if (p == Path::None) continue;
+        n_items += (M + rows_per_item(p) - 1) / rows_per_item(p);
+        (p == Path::Gemm ? any_gemm : any_dot) = true;
     }
+    if (n_items == 0) return;
+    const size_t dot_row = tensor::row_size(at, K);
+    const size_t gemm_row = any_gemm ? gemm_act_row_bytes(at, K) : 0;
+    auto round64 = [](size_t b) { return (b + 63) / 64 * 64; };
+    const size_t items_bytes = round64(sizeof(ExpertItem) * static_cast<size_t>(n_items));
+    const size_t dot_bytes = any_dot ? round64(dot_row * static_cast<size_t>(n_slots)) : 0;
+    auto* base = static_cast<uint8_t*>(pool.scratch(
+        pool.size(), items_bytes + dot_bytes + gemm_row * static_cast<size_t>(n_slots)));
+    auto* items = reinterpret_cast<ExpertItem*>(base);
+    uint8_t* act_dot = base + items_bytes;
+    uint8_t* act_gemm = act_dot + dot_bytes;
+    {
+        int64_t i = 0;
+        for (int64_t e = 0; e < n_expert; ++e) {
+            const Path p = path_of(e);
+            if (p == Path::None) continue;
+            const int64_t step = rows_per_item(p);
+            for (int64_t r = 0; r < M; r += step)
+                items[i++] = {static_cast<int32_t>(e), static_cast<int32_t>(r),
+                              static_cast<int32_t>(std::min(M, r + step)), p == Path::Gemm};
+        }
+        MINFER_ASSERT(i == n_items);
+    }
+
+    // 1. Activations, once per slot, in the form its expert's path reads.
+    auto quantize_expert = [&](int ith, int64_t e) {
+        const int64_t g0 = gv.offset[e], g1 = gv.offset[e + 1];
+        if (g0 == g1) return;
+        const bool gemm = path_of(e) == Path::Gemm;
+        for (int64_t g = g0; g < g1; ++g) {
+            if (gemm) {
+                void* row = pool.scratch(ith, dot_row);
+                quantize_act_row(at, x + g * K, row, K);
+                gemm_pack_act(at, row, K, act_gemm + static_cast<size_t>(g) * gemm_row);
+            } else {
+                quantize_act_row(at, x + g * K, act_dot + static_cast<size_t>(g) * dot_row, K);
+            }
+        }
+    };
+    if (pool.size() == 1 || n_slots * K < kParallelQuantizeMin) {
+        for (int64_t e = 0; e < n_expert; ++e) quantize_expert(0, e);
+    } else {
+        pool.run_chunks(n_expert, quantize_expert);
+    }
+
+    // 2. The items.
+    pool.run_chunks(n_items, [&](int ith, int64_t i) {
+        const ExpertItem it = items[i];
+        const int64_t g0 = gv.offset[it.expert], n_e = gv.offset[it.expert + 1] - g0;
+        const uint8_t* slice = w_data + static_cast<size_t>(it.expert) * slice_bytes;
+        float* out = y + g0 * M;
+        if (it.gemm) {
+            gemm_rows(w->type, interleaved, slice, w_row_bytes, K, it.r0, it.r1,
+                      act_gemm + static_cast<size_t>(g0) * gemm_row, gemm_row, n_e, out + it.r0, M,
+                      pool.scratch(ith, gemm_scratch_bytes(K)));
+            return;
+        }
+        const uint8_t* a0 = act_dot + static_cast<size_t>(g0) * dot_row;
+        if (interleaved) {
+            for (int64_t r = it.r0; r < it.r1; r += tensor::kInterleaveRows) {
+                const uint8_t* group = slice + static_cast<size_t>(r) * w_row_bytes;
+                for (int64_t t = 0; t < n_e; ++t) {
+                    const uint8_t* a = a0 + static_cast<size_t>(t) * dot_row;
+                    float* o = out + t * M + r;
+                    if (group_dot) {
+                        group_dot(K, group, a, o);
+                    } else {
+                        auto* row = static_cast<uint8_t*>(pool.scratch(ith, w_row_bytes));
+                        for (int64_t j = 0; j < tensor::kInterleaveRows; ++j) {
+                            tensor::deinterleave_row(w->type, slice, K, r + j, row);
+                            o[j] = dot(K, row, a);
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        for (int64_t r = it.r0; r < it.r1; ++r) {
+            const uint8_t* wrow = slice + static_cast<size_t>(r) * w_row_bytes;
+            // the row stays in L1 while every token of the expert reads it
+            for (int64_t t = 0; t < n_e; ++t)
+                out[t * M + r] = dot(K, wrow, a0 + static_cast<size_t>(t) * dot_row);
+        }
+    });
 }
 
 void op_moe_sum(const Node& node, const NodeData& data, ThreadPool&) {

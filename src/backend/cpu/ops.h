@@ -26,6 +26,10 @@ struct MatMulPart {
 // the GEMM (x86-64: Q8_0, Q4_K, Q6_K at Avx2; also Q5_0 at Avx512).
 bool matmul_batch_invariant(const tensor::TensorView& w);
 
+// Whether matmul takes the GEMM path for n_tokens tokens of w (else the dot
+// products): the one rule for the dense matmul and the experts' MatMulId.
+bool matmul_takes_gemm(const tensor::TensorView& w, int64_t n_tokens, bool batch_invariant);
+
 // out[t][out_col + m] = dot(w row m, x row t) for every part, x rows
 // [K, n_tokens] with stride x_stride; out rows with stride out_stride.
 // Activations are converted once to each weight's vec_dot type.
