@@ -48,7 +48,12 @@ if [ "$which_builds" = all ] || [ "$which_builds" = tsan ]; then
     configure_and_build tsan
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
     threaded='^(ThreadPool\.|Backends\.|Scheduler\.|CpuMatMul\.|CpuOps\.|CpuAttn\.|CpuFusion\.|Forward\.TwoBackends|Forward\.DecodeSteps|Forward\.PromptInSeveralPasses|Limits\.|Cli\.Default|Cli\.Chat|Engine\.|Serve[A-Za-z]*\.|Cache\.no_allocation_nor_scratch_growth_after_first_decode_with_real_kernels)'
-    (cd build-tsan && ctest --output-on-failure -j"$jobs" -R "$threaded") || status=1
+    # Left out: ServeStructured.JsonObjectRepliesAreObjects, a minute of
+    # sampling at temperature 2 until replies close (ten times that under
+    # TSan); its threads are those of the other ServeStructured tests, and the
+    # mask thread is exercised by Engine.Constrained*.
+    (cd build-tsan && ctest --output-on-failure -j"$jobs" -R "$threaded" \
+        -E '^ServeStructured\.JsonObjectRepliesAreObjects$') || status=1
     unset TSAN_OPTIONS
 fi
 

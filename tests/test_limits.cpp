@@ -117,28 +117,37 @@ TEST(Limits, ContextLargerThanTrainedIsClampedWithAWarning) {
 TEST(Limits, AContextTooLargeToAllocateIsAnOutOfMemoryErrorNotACrash) {
     // Trained context 2^24 and 4 KV heads of 4096: one K region is
     // 2^24 * 16384 * 4 bytes = 1 TiB, more than the RAM of any machine this
-    // runs on, so the pool refuses it before allocating anything (zeroing a
-    // region the kernel overcommitted would get the process killed instead).
-    // Without a sanitizer the address space is also capped (ulimit -v 4 GiB)
-    // so that no other allocation can succeed by overcommit either.
+    // runs on. The CLI refuses it before loading (the memory check), and
+    // when told there is room (MINFER_MEM_AVAILABLE) the pool refuses it
+    // before allocating anything (zeroing a region the kernel overcommitted
+    // would get the process killed instead). Without a sanitizer the address
+    // space is also capped (ulimit -v 4 GiB) so that no other allocation can
+    // succeed by overcommit either.
     const std::string limit = kSanitized ? "" : "ulimit -v 4194304 && ";
     const std::string env =
         "ASAN_OPTIONS=$ASAN_OPTIONS:allocator_may_return_null=1 "
         "TSAN_OPTIONS=$TSAN_OPTIONS:allocator_may_return_null=1 ";
     const std::string cmd = "-m " + model_path(1 << 24, 4096, 4) + " -c 16777216 -p hi -n 1";
-    // run_cli prefixes the binary; the limit must come first: run it through sh.
     const fs::path out = temp_path("oom.out"), err = temp_path("oom.err");
-    const std::string sh = "(" + limit + env + MINFER_BINARY + " " + cmd + ") > " + out.string() +
-                           " 2> " + err.string() + " < /dev/null";
-    const int status = std::system(sh.c_str());
-    ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
-    const std::string e = read_whole(err);
-    EXPECT_EQ(WEXITSTATUS(status), 1) << e;
-    EXPECT_TRUE(has(e,
+    auto run = [&](const std::string& extra_env) {
+        // run_cli prefixes the binary; the limit must come first: run it through sh.
+        const std::string sh = "(" + limit + env + extra_env + MINFER_BINARY + " " + cmd + ") > " +
+                               out.string() + " 2> " + err.string() + " < /dev/null";
+        const int status = std::system(sh.c_str());
+        EXPECT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+        const std::string e = read_whole(err);
+        EXPECT_EQ(WEXITSTATUS(status), 1) << e;
+        EXPECT_FALSE(has(e, "internal error")) << e;
+        return e;
+    };
+    const std::string refused = run("");
+    EXPECT_TRUE(has(refused, "does not fit in memory: it needs ")) << refused;
+    EXPECT_TRUE(has(refused, "2097152 MiB of KV cache")) << refused;
+    const std::string oom = run("MINFER_MEM_AVAILABLE=4096G ");
+    EXPECT_TRUE(has(oom,
                     "minfer: error: out of memory allocating 1048576 MiB for the KV cache of "
                     "layer 0 (2 x 1048576 MiB); a smaller context (-c) needs less"))
-        << e;
-    EXPECT_FALSE(has(e, "internal error")) << e;
+        << oom;
     fs::remove(out);
     fs::remove(err);
 }
