@@ -47,6 +47,21 @@ std::shared_ptr<const CompiledGrammar> compiled(const minfer::testing::CorpusSch
         compile_grammar(parse_gbnf(json_schema_to_gbnf(c.schema))));
 }
 
+// Qwen's vocabulary and the compiled corpus schema named by the benchmark's
+// argument (the label); the vocabulary is null, and the benchmark skipped,
+// without the shared model.
+std::pair<std::shared_ptr<const TokenVocab>, std::shared_ptr<const CompiledGrammar>>
+vocab_and_schema(benchmark::State& state) {
+    auto vocab = qwen_vocab();
+    if (!vocab) {
+        state.SkipWithError("needs ../shared/models/qwen2-mini-q8_0.gguf");
+        return {};
+    }
+    const auto& c = corpus_schema(kSchemas[state.range(0)]);
+    state.SetLabel(c.name);
+    return {vocab, compiled(c)};
+}
+
 // JSON Schema -> GBNF -> automaton (no vocabulary involved).
 void BM_StructuredCompile(benchmark::State& state) {
     const auto& c = corpus_schema(kSchemas[state.range(0)]);
@@ -66,14 +81,8 @@ BENCHMARK(BM_StructuredCompile)
 // Mask time per token after first use: random walks fill the cache, then
 // every state they reached is masked again and timed one by one.
 void BM_StructuredMask(benchmark::State& state) {
-    auto vocab = qwen_vocab();
-    if (!vocab) {
-        state.SkipWithError("needs ../shared/models/qwen2-mini-q8_0.gguf");
-        return;
-    }
-    const auto& c = corpus_schema(kSchemas[state.range(0)]);
-    state.SetLabel(c.name);
-    auto g = compiled(c);
+    auto [vocab, g] = vocab_and_schema(state);
+    if (!vocab) return;
     TokenMasker masker(g, vocab);
     std::vector<Matcher> states;
     std::mt19937_64 rng(1);
@@ -110,14 +119,8 @@ BENCHMARK(BM_StructuredMask)
 
 // Filling every node's cache at once (what a server could do at compile time).
 void BM_StructuredWarmAll(benchmark::State& state) {
-    auto vocab = qwen_vocab();
-    if (!vocab) {
-        state.SkipWithError("needs ../shared/models/qwen2-mini-q8_0.gguf");
-        return;
-    }
-    const auto& c = corpus_schema(kSchemas[state.range(0)]);
-    state.SetLabel(c.name);
-    auto g = compiled(c);
+    auto [vocab, g] = vocab_and_schema(state);
+    if (!vocab) return;
     size_t n = 0;
     for (auto _ : state) {
         TokenMasker masker(g, vocab);
