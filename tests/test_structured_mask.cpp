@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "gguf/gguf.h"
+#include "sanitizer.h"
 #include "shared_files.h"
 #include "structured/compiled.h"
 #include "structured/grammar.h"
@@ -185,8 +186,11 @@ TEST(StructuredMask, QwenVocabularyWalksAreValidAndMasksExact) {
     auto corpus = load_schema_corpus();
     std::mt19937_64 rng(3);
     std::vector<std::pair<const CorpusSchema*, std::string>> outs;
-    size_t checked = 0;
-    for (const auto& c : corpus) {
+    size_t checked = 0, walked = 0;
+    for (size_t i = 0; i < corpus.size(); ++i) {
+        if (!minfer::testing::in_sanitized_subset(i)) continue;
+        const auto& c = corpus[i];
+        ++walked;
         SCOPED_TRACE(c.name);
         auto g = schema_grammar(c.schema);
         TokenMasker masker(g, v);
@@ -206,8 +210,10 @@ TEST(StructuredMask, QwenVocabularyWalksAreValidAndMasksExact) {
             if (w.finished) outs.push_back({&c, w.output});
         }
     }
-    EXPECT_GT(checked, 60u);
-    EXPECT_GT(outs.size(), corpus.size());
+    // Two walks a schema, a brute-force check every 16 steps: at least one
+    // check per schema walked, and more than half the walks finish.
+    EXPECT_GT(checked, walked);
+    EXPECT_GT(outs.size(), walked);
     int rc = 0;
     std::string report = validate_outputs(outs, &rc);
     EXPECT_EQ(rc, 0) << report;
