@@ -21,9 +21,9 @@ jobs=${JOBS:-2}
 
 ./scripts/setup.sh
 
-# RelWithDebInfo keeps the tests fast (-O2) and the reports readable (-g);
+# The "asan" and "tsan" presets of CMakePresets.json (build-asan, build-tsan):
+# -O1 -g1 (line tables for the reports), the kernels at -O2 (CMakeLists.txt);
 # -fno-omit-frame-pointer comes from MINFER_SANITIZE.
-# The "asan" and "tsan" presets of CMakePresets.json (build-asan, build-tsan).
 configure_and_build() {  # preset
     cmake --preset "$1" >/dev/null
     cmake --build --preset "$1" -j"$jobs"
