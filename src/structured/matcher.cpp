@@ -208,6 +208,8 @@ TokenMasker::TokenMasker(std::shared_ptr<const CompiledGrammar> g,
     if (vocab_->max_len > 65535)
         throw Error("token vocabulary: a token is longer than 65535 bytes");
     cache_ = std::make_unique<std::atomic<const NodeMask*>[]>(g_->nodes.size());
+    simple_.reserve(g_->nodes.size());
+    for (const auto& n : g_->nodes) simple_.push_back(n.calls.empty() && !n.final ? 1 : 0);
     for (size_t i = 0; i < g_->nodes.size(); ++i) cache_[i].store(nullptr);
 }
 
@@ -329,17 +331,16 @@ std::unique_ptr<TokenMasker::NodeMask> TokenMasker::build_node_mask(int32_t node
     // (top[d] >= 0) without building the set, which is most of every walk.
     std::vector<StackSet> level(v.max_len + 1);
     std::vector<int32_t> top(v.max_len + 1, -1);
-    std::vector<bool> popped(v.max_len + 1, false);
+    std::vector<uint8_t> popped(v.max_len + 1, 0);
     top[0] = node;
     StackSet one(1);
     auto step_level = [&](size_t d, uint8_t byte) {
         if (top[d] >= 0) {
             const int32_t to = g.step(top[d], byte);
             if (to < 0) return false;
-            const auto& n = g.nodes[to];
-            if (n.calls.empty() && !n.final) {
+            if (simple_[size_t(to)]) {
                 top[d + 1] = to;
-                popped[d + 1] = false;
+                popped[d + 1] = 0;
                 return true;
             }
             one[0].assign(1, top[d]);

@@ -155,6 +155,9 @@ class TokenMasker {
     std::shared_ptr<const CompiledGrammar> g_;
     std::shared_ptr<const TokenVocab> vocab_;
     std::unique_ptr<std::atomic<const NodeMask*>[]> cache_;  // [n_nodes]
+    // [n_nodes] 1 where the node neither calls nor may end: a step onto it
+    // keeps a single stack single (read on every byte of a node's walk).
+    std::vector<uint8_t> simple_;
     mutable std::mutex mu_;
     mutable std::vector<std::unique_ptr<NodeMask>> owned_;
     mutable std::atomic<size_t> built_on_use_{0};
