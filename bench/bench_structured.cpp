@@ -1,11 +1,13 @@
 // Structured output on Qwen's 151,936-token vocabulary: schema compile time,
 // first-use cost of the per-node mask cache, and compute_mask time per token
-// (p50 / p99 / max over the states of random walks, after first use).
+// (p50 / p99 / max over the states of random walks, after first use; and for
+// every corpus schema from first use, cold and warmed in the background).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "../tests/structured_corpus.h"
 #include "gguf/gguf.h"
@@ -35,9 +37,13 @@ std::shared_ptr<const TokenVocab> qwen_vocab() {
     return v;
 }
 
-const minfer::testing::CorpusSchema& corpus_schema(const std::string& name) {
+const std::vector<minfer::testing::CorpusSchema>& corpus() {
     static const auto corpus = minfer::testing::load_schema_corpus();
-    for (const auto& c : corpus)
+    return corpus;
+}
+
+const minfer::testing::CorpusSchema& corpus_schema(const std::string& name) {
+    for (const auto& c : corpus())
         if (c.name == name) return c;
     throw minfer::Error("no corpus schema " + name);
 }
@@ -135,5 +141,85 @@ BENCHMARK(BM_StructuredWarmAll)
     ->Arg(2)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
+
+double percentile(std::vector<double>& us, double p) {
+    std::sort(us.begin(), us.end());
+    return us[std::min(us.size() - 1, size_t(p * double(us.size())))];
+}
+
+// Every corpus schema, mask time per token from first use: the states of
+// random walks over a cold masker (each node built when a mask first reaches
+// it: cold_p99_us), and over a masker warmed as compile_constraint's
+// Warm::InBackground does (warm_ms: its thread's time to build every node;
+// p99_us: the masks once it is done). The walks do not pause as a decode
+// does between tokens, so cold_p99_us is the worst case of a decode that
+// outruns the warming.
+void BM_StructuredMaskFromFirstUse(benchmark::State& state, size_t schema) {
+    auto vocab = qwen_vocab();
+    if (!vocab) {
+        state.SkipWithError("needs ../shared/models/qwen2-mini-q8_0.gguf");
+        return;
+    }
+    const auto& c = corpus()[schema];
+    state.SetLabel(c.name);
+    auto g = compiled(c);
+    std::vector<double> cold_us, warm_us, build_us;
+    double warm_ms = 0;
+    size_t nodes = 0, built_on_use = 0;
+    for (auto _ : state) {
+        TokenMasker cold(g, vocab);
+        std::vector<Matcher> states;
+        std::mt19937_64 rng(1);
+        for (int walk = 0; walk < 4; ++walk)
+            minfer::testing::random_walk(
+                cold, g, rng, 128,
+                [&](const Matcher& m, const TokenBitset&) { states.push_back(m); });
+        // The walk's own masks ran on the cold masker; time them again on a
+        // fresh one, state by state, so each first use is in the figures.
+        TokenMasker fresh(g, vocab);
+        TokenBitset mask;
+        for (const Matcher& m : states) {
+            const size_t before = fresh.n_built_on_use();
+            auto a = Clock::now();
+            fresh.compute_mask(m, mask);
+            const double us = std::chrono::duration<double, std::micro>(Clock::now() - a).count();
+            cold_us.push_back(us);
+            if (fresh.n_built_on_use() > before) build_us.push_back(us);
+        }
+        built_on_use = fresh.n_built_on_use();
+        TokenMasker warm(g, vocab);
+        auto t0 = Clock::now();
+        warm.start_warming();
+        while (!warm.warmed()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        warm_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        nodes = warm.n_cached_nodes();
+        for (const Matcher& m : states) {
+            auto a = Clock::now();
+            warm.compute_mask(m, mask);
+            warm_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - a).count());
+            benchmark::DoNotOptimize(mask.words.data());
+        }
+    }
+    state.counters["states"] = double(warm_us.size());
+    state.counters["cold_p99_us"] = percentile(cold_us, 0.99);
+    state.counters["cold_max_us"] = cold_us.back();
+    state.counters["nodes_built_in_walk"] = double(built_on_use);
+    state.counters["build_p50_us"] = build_us.empty() ? 0.0 : percentile(build_us, 0.5);
+    state.counters["nodes"] = double(nodes);
+    state.counters["warm_ms"] = warm_ms;
+    state.counters["p50_us"] = percentile(warm_us, 0.50);
+    state.counters["p99_us"] = percentile(warm_us, 0.99);
+    state.counters["max_us"] = warm_us.back();
+}
+
+// One benchmark per corpus schema, named after it.
+const bool kFromFirstUseRegistered = [] {
+    for (size_t i = 0; i < corpus().size(); ++i)
+        benchmark::RegisterBenchmark(("BM_StructuredMaskFromFirstUse/" + corpus()[i].name).c_str(),
+                                     BM_StructuredMaskFromFirstUse, i)
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(1);
+    return true;
+}();
 
 }  // namespace

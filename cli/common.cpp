@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "backend/cpu/isa.h"
+#include "runtime/memory_fit.h"
 #include "structured/grammar.h"
 #include "structured/json_schema.h"
-#include "runtime/memory_fit.h"
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -128,7 +128,8 @@ std::shared_ptr<const structured::Constraint> ConstraintFlags::compile(
     auto vocab =
         std::make_shared<const structured::TokenVocab>(structured::TokenVocab::from_tokenizer(tok));
     try {
-        return structured::compile_constraint(text, std::move(vocab));
+        return structured::compile_constraint(text, std::move(vocab),
+                                              structured::Warm::InBackground);
     } catch (const Error& e) {
         throw Error(flag + ": " + e.what());
     }

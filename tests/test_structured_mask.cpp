@@ -3,6 +3,7 @@
 // outputs are validated by python3-jsonschema (scripts/validate_json.py).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -252,4 +253,42 @@ TEST(StructuredMask, ConcurrentMasksFromSeveralThreadsMatchOneThread) {
         });
     for (auto& th : threads) th.join();
     for (size_t i = 0; i < states.size(); ++i) EXPECT_EQ(got[i].words, expect[i].words) << i;
+}
+
+TEST(StructuredMask, WarmedMaskersBuildNoNodeInUseAndMaskAsColdOnes) {
+    auto v = synthetic_vocab();
+    const auto corpus = load_schema_corpus();
+    std::mt19937_64 rng(13);
+    size_t states = 0, cold_builds = 0;
+    for (const auto& c : corpus) {
+        SCOPED_TRACE(c.name);
+        auto g = schema_grammar(c.schema);
+        size_t with_bytes = 0;
+        for (const auto& n : g->nodes) with_bytes += n.has_bytes ? 1 : 0;
+        TokenMasker cold(g, v), warm(g, v);
+        EXPECT_FALSE(warm.warmed());
+        warm.start_warming();
+        for (int waited_ms = 0; !warm.warmed(); ++waited_ms) {
+            ASSERT_LT(waited_ms, 20000) << "warming did not finish";
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        EXPECT_EQ(warm.n_cached_nodes(), with_bytes);
+        TokenBitset cold_mask;
+        EXPECT_EQ(random_walk(warm, g, rng, 100,
+                              [&](const Matcher& m, const TokenBitset& mask) {
+                                  ++states;
+                                  cold.compute_mask(m, cold_mask);
+                                  ASSERT_EQ(mask.words, cold_mask.words);
+                              })
+                      .error,
+                  "");
+        // Every node the walk reached was built before it: none by a mask.
+        EXPECT_EQ(warm.n_built_on_use(), 0u);
+        cold_builds += cold.n_built_on_use();
+        // A masker destroyed while warming stops and joins its thread.
+        TokenMasker dropped(g, v);
+        dropped.start_warming();
+    }
+    EXPECT_GT(states, 1000u);
+    EXPECT_GT(cold_builds, corpus.size());  // the cold maskers built theirs in use
 }

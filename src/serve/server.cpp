@@ -996,7 +996,8 @@ void Server::attach(const model::Model& model, runtime::EngineOptions engine_opt
     I.engine = std::make_unique<runtime::Engine>(model, engine_options);
     I.constraints = std::make_unique<structured::ConstraintCache>(
         std::make_shared<const structured::TokenVocab>(
-            structured::TokenVocab::from_tokenizer(*I.tok)));
+            structured::TokenVocab::from_tokenizer(*I.tok)),
+        64, structured::Warm::InBackground);
     I.engine_thread = std::thread([&I] {
         while (!I.engine_stop) {
             try {

@@ -26,16 +26,23 @@ struct Constraint {
     double compile_ms = 0.0;  // parse + compile (masks are filled on first use)
 };
 
+// How a new constraint's per-node masks get built: each on its first use by
+// a mask, or also ahead of use by the masker's low-priority warming thread
+// (TokenMasker::start_warming), so decoding finds them built.
+enum class Warm { OnFirstUse, InBackground };
+
 // Parses and compiles `gbnf` for `vocab`. Throws minfer::Error naming what is
 // wrong with the grammar (line and column, the rule).
 std::shared_ptr<const Constraint> compile_constraint(std::string gbnf,
-                                                     std::shared_ptr<const TokenVocab> vocab);
+                                                     std::shared_ptr<const TokenVocab> vocab,
+                                                     Warm warm = Warm::OnFirstUse);
 
 // Thread-safe; least recently used constraints are dropped past `capacity`
 // (a sequence holding one keeps it alive).
 class ConstraintCache {
   public:
-    explicit ConstraintCache(std::shared_ptr<const TokenVocab> vocab, size_t capacity = 64);
+    explicit ConstraintCache(std::shared_ptr<const TokenVocab> vocab, size_t capacity = 64,
+                             Warm warm = Warm::OnFirstUse);
     // The constraint for `gbnf`, compiled on a miss (`hit` says which).
     // Throws as compile_constraint does; a failed grammar is not cached.
     std::shared_ptr<const Constraint> get(const std::string& gbnf, bool* hit = nullptr);
@@ -45,6 +52,7 @@ class ConstraintCache {
   private:
     std::shared_ptr<const TokenVocab> vocab_;
     size_t capacity_;
+    Warm warm_;
     mutable std::mutex mu_;
     std::list<std::string> lru_;  // most recent first
     struct Entry {

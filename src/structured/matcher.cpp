@@ -1,5 +1,9 @@
 #include "structured/matcher.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -150,6 +154,18 @@ TokenVocab TokenVocab::from_bytes(std::vector<std::string> bytes, std::vector<bo
     if (v.sorted_bytes.size() > UINT32_MAX)
         throw Error("token vocabulary: more than 4 GiB of token bytes");
     v.sorted_begin.push_back(uint32_t(v.sorted_bytes.size()));
+    // prefix_end by a stack of the tokens still waiting for a smaller
+    // shared_prefix (their shared_prefix ascends from bottom to top).
+    const size_t n = v.sorted_ids.size();
+    v.prefix_end.assign(n, uint32_t(n));
+    std::vector<uint32_t> waiting;
+    for (size_t k = 0; k < n; ++k) {
+        while (!waiting.empty() && v.shared_prefix[waiting.back()] > v.shared_prefix[k]) {
+            v.prefix_end[waiting.back()] = uint32_t(k);
+            waiting.pop_back();
+        }
+        waiting.push_back(uint32_t(k));
+    }
     return v;
 }
 
@@ -192,17 +208,27 @@ TokenMasker::TokenMasker(std::shared_ptr<const CompiledGrammar> g,
     if (vocab_->max_len > 65535)
         throw Error("token vocabulary: a token is longer than 65535 bytes");
     cache_ = std::make_unique<std::atomic<const NodeMask*>[]>(g_->nodes.size());
+    simple_.reserve(g_->nodes.size());
+    for (const auto& n : g_->nodes) simple_.push_back(n.calls.empty() && !n.final ? 1 : 0);
     for (size_t i = 0; i < g_->nodes.size(); ++i) cache_[i].store(nullptr);
 }
 
-TokenMasker::~TokenMasker() = default;
+TokenMasker::~TokenMasker() {
+    stop_warming_.store(true, std::memory_order_relaxed);
+    if (warmer_.joinable()) warmer_.join();
+}
 
 const TokenMasker::NodeMask& TokenMasker::node_mask(int32_t node) const {
     const NodeMask* m = cache_[node].load(std::memory_order_acquire);
     if (m) return *m;
+    built_on_use_.fetch_add(1, std::memory_order_relaxed);
+    return cache_node_mask(node);
+}
+
+const TokenMasker::NodeMask& TokenMasker::cache_node_mask(int32_t node) const {
     auto built = build_node_mask(node);
     std::lock_guard<std::mutex> lock(mu_);
-    m = cache_[node].load(std::memory_order_acquire);
+    const NodeMask* m = cache_[node].load(std::memory_order_acquire);
     if (m) return *m;  // another thread built it first
     owned_.push_back(std::move(built));
     cache_[node].store(owned_.back().get(), std::memory_order_release);
@@ -211,7 +237,46 @@ const TokenMasker::NodeMask& TokenMasker::node_mask(int32_t node) const {
 
 void TokenMasker::warm_all() const {
     for (size_t n = 0; n < g_->nodes.size(); ++n)
-        if (g_->nodes[n].has_bytes) node_mask(int32_t(n));
+        if (g_->nodes[n].has_bytes && !cache_[n].load(std::memory_order_acquire))
+            cache_node_mask(int32_t(n));
+}
+
+void TokenMasker::start_warming() {
+    if (warmer_.joinable()) return;
+    warmer_ = std::thread([this] { warm_loop(); });
+}
+
+void TokenMasker::warm_loop() {
+    // Lowest priority for this thread only (Linux: a thread id is a process
+    // id to setpriority): warming must not take CPU from the forward pass.
+    setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 19);
+    const CompiledGrammar& g = *g_;
+    const size_t n_nodes = g.nodes.size();
+    std::vector<int32_t> order;
+    std::vector<bool> seen(n_nodes, false);
+    auto reach = [&](int32_t n) {
+        if (n >= 0 && !seen[size_t(n)]) {
+            seen[size_t(n)] = true;
+            order.push_back(n);
+        }
+    };
+    reach(g.root_start);
+    for (size_t k = 0; k < order.size(); ++k) {
+        const int32_t n = order[k];
+        for (const auto& [callee, resume] : g.nodes[size_t(n)].calls) {
+            reach(callee);
+            reach(resume);
+        }
+        for (int32_t c = 0; c < g.n_classes; ++c)
+            reach(g.next[size_t(n) * size_t(g.n_classes) + size_t(c)]);
+    }
+    for (size_t n = 0; n < n_nodes; ++n) reach(int32_t(n));  // any not reached from the start
+    for (int32_t n : order) {
+        if (stop_warming_.load(std::memory_order_relaxed)) return;
+        if (g.nodes[size_t(n)].has_bytes && !cache_[n].load(std::memory_order_acquire))
+            cache_node_mask(n);
+    }
+    warmed_.store(true, std::memory_order_release);
 }
 
 size_t TokenMasker::n_cached_nodes() const {
@@ -255,17 +320,43 @@ bool has_empty(const StackSet& s) {
 
 std::unique_ptr<TokenMasker::NodeMask> TokenMasker::build_node_mask(int32_t node) const {
     const TokenVocab& v = *vocab_;
+    const CompiledGrammar& g = *g_;
     auto nm = std::make_unique<NodeMask>();
     std::vector<int32_t> accepted;
     // level[d]: the positions after the first d bytes of the current token,
     // starting from the node alone (its rule at the bottom: an empty stack
     // means that rule returned). Levels 0..valid hold for the current prefix.
+    // While the walk stays inside the node's rule on nodes that neither call
+    // nor may end, a level is the one stack {top[d]}: kept as that id
+    // (top[d] >= 0) without building the set, which is most of every walk.
     std::vector<StackSet> level(v.max_len + 1);
-    std::vector<bool> popped(v.max_len + 1, false);
-    level[0] = {Stack{node}};
+    std::vector<int32_t> top(v.max_len + 1, -1);
+    std::vector<uint8_t> popped(v.max_len + 1, 0);
+    top[0] = node;
+    StackSet one(1);
+    auto step_level = [&](size_t d, uint8_t byte) {
+        if (top[d] >= 0) {
+            const int32_t to = g.step(top[d], byte);
+            if (to < 0) return false;
+            if (simple_[size_t(to)]) {
+                top[d + 1] = to;
+                popped[d + 1] = 0;
+                return true;
+            }
+            one[0].assign(1, top[d]);
+            top[d + 1] = -1;
+            if (!advance_stacks(g, one, byte, level[d + 1])) return false;
+        } else {
+            top[d + 1] = -1;
+            if (!step_into(g, level[d], byte, level[d + 1])) return false;
+        }
+        popped[d + 1] = has_empty(level[d + 1]);
+        return true;
+    };
     size_t valid = 0;
     std::vector<uint16_t> offsets;
-    for (size_t i = 0; i < v.sorted_ids.size(); ++i) {
+    const size_t n_sorted = v.sorted_ids.size();
+    for (size_t i = 0; i < n_sorted;) {
         const int32_t id = v.sorted_ids[i];
         const std::string_view t(v.sorted_bytes.data() + v.sorted_begin[i],
                                  v.sorted_begin[i + 1] - v.sorted_begin[i]);
@@ -273,26 +364,29 @@ std::unique_ptr<TokenMasker::NodeMask> TokenMasker::build_node_mask(int32_t node
         if (d > valid) {
             d = valid;  // the first valid + 1 bytes are the prefix that died
         } else {
-            valid = d;
-            while (d < t.size()) {
-                StackSet& next = level[d + 1];
-                if (!step_into(*g_, level[d], uint8_t(t[d]), next)) break;
-                popped[d + 1] = has_empty(next);
-                ++d;
-            }
+            while (d < t.size() && step_level(d, uint8_t(t[d]))) ++d;
             valid = d;
             if (d == t.size()) {
                 accepted.push_back(id);
+                ++i;
                 continue;
             }
         }
         offsets.clear();
         for (size_t k = 1; k <= d; ++k)
             if (popped[k]) offsets.push_back(uint16_t(k));
-        if (offsets.empty()) continue;
+        if (offsets.empty()) {
+            // Rejected, and so is every later token beginning with the same
+            // d + 1 bytes (they die at the same byte with the same levels).
+            size_t j = i + 1;
+            while (j < n_sorted && v.shared_prefix[j] > d) j = v.prefix_end[j];
+            i = j;
+            continue;
+        }
         nm->uncertain_ids.push_back(id);
         nm->uncertain_begin.push_back(uint32_t(nm->pop_offsets.size()));
         nm->pop_offsets.insert(nm->pop_offsets.end(), offsets.begin(), offsets.end());
+        ++i;
     }
     nm->uncertain_begin.push_back(uint32_t(nm->pop_offsets.size()));
     if (accepted.size() * 32 > size_t(v.n_vocab())) {

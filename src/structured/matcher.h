@@ -25,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "structured/compiled.h"
@@ -89,6 +90,11 @@ struct TokenVocab {
     // string around the heap, which was most of its time.
     std::string sorted_bytes;
     std::vector<uint32_t> sorted_begin;  // [sorted_ids + 1]
+    // For sorted token k: the first later one sharing fewer than
+    // shared_prefix[k] bytes with its predecessor (sorted_ids.size() if none).
+    // A walk that finds a prefix dead jumps along it past every token that
+    // begins with that prefix.
+    std::vector<uint32_t> prefix_end;
     size_t max_len = 0;
 
     int32_t n_vocab() const { return int32_t(bytes.size()); }
@@ -126,20 +132,38 @@ class TokenMasker {
 
     // Fills the cache for every node (what first use would do, all at once).
     void warm_all() const;
+    // Fills it on a thread of its own at the lowest CPU priority, nodes in
+    // the order a parse reaches them from the start (breadth first), so a
+    // sequence finds the nodes it reaches built instead of building them in
+    // its mask; stops early when the masker is destroyed. Once.
+    void start_warming();
+    // The warming thread has built every node (false if never started).
+    bool warmed() const { return warmed_.load(std::memory_order_acquire); }
     size_t n_cached_nodes() const;
+    // Nodes built by compute_mask or accept_token because they were not yet.
+    size_t n_built_on_use() const { return built_on_use_.load(std::memory_order_relaxed); }
 
     const TokenVocab& vocab() const { return *vocab_; }
 
   private:
     struct NodeMask;
     const NodeMask& node_mask(int32_t node) const;
+    const NodeMask& cache_node_mask(int32_t node) const;
     std::unique_ptr<NodeMask> build_node_mask(int32_t node) const;
+    void warm_loop();
 
     std::shared_ptr<const CompiledGrammar> g_;
     std::shared_ptr<const TokenVocab> vocab_;
     std::unique_ptr<std::atomic<const NodeMask*>[]> cache_;  // [n_nodes]
+    // [n_nodes] 1 where the node neither calls nor may end: a step onto it
+    // keeps a single stack single (read on every byte of a node's walk).
+    std::vector<uint8_t> simple_;
     mutable std::mutex mu_;
     mutable std::vector<std::unique_ptr<NodeMask>> owned_;
+    mutable std::atomic<size_t> built_on_use_{0};
+    std::atomic<bool> stop_warming_{false};
+    std::atomic<bool> warmed_{false};
+    std::thread warmer_;
 };
 
 }  // namespace minfer::structured
