@@ -4,8 +4,10 @@
 # deterministic) at F32, Q8_0 and Q4_K_M (minfer quantize of the F32 file,
 # which gives llama-quantize's types and bits), their logits against
 # llama.cpp's in tests/ref/moe (README there), whole prompt and passes of 64
-# tokens, once per kernel level this CPU has. The files are written once
-# into MODELS_DIR (the build tree) and reused.
+# tokens; the greedy text of llama-completion where a folder has
+# greedy_text.json, the perplexity of llama-perplexity (within 0.5 %) where
+# it has perplexity.txt; once per kernel level this CPU has. The files are
+# written once into MODELS_DIR (the build tree) and reused.
 set -euo pipefail
 minfer="$1"
 shared="$2"
@@ -49,6 +51,10 @@ else:
 np.tile(rows, (4, 1)).astype("<f4").tofile(dst)
 PY
 }
+# The perplexity references score the first 1100 bytes of the held-out
+# text (3 windows of 64 tokens): a few seconds a model.
+[ -f "$shared/models/kjv-heldout.txt" ] || missing "no $shared/models/kjv-heldout.txt"
+head -c 1100 "$shared/models/kjv-heldout.txt" >"$out/heldout.txt"
 status=0
 builtin="$here/../models/kjv-tiny-q8_0.gguf"
 for level in scalar avx2 avx512 neon dotprod i8mm; do
@@ -68,6 +74,24 @@ for level in scalar avx2 avx512 neon dotprod i8mm; do
       printf '%-22s -b %-3s ' "$m" "$b"
       $py "$shared/tools/compare_logits.py" "$out/ref-$m" "$c" || status=1
     done
+    if [ -f "$ref/greedy_text.json" ]; then
+      read -r n_predict prompt < <($py -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["n_predict"], d["prompt"])' "$ref/greedy_text.json")
+      "$minfer" -m "$models/$m.gguf" -p "$prompt" -n "$n_predict" --temp 0 --ignore-eos 2>/dev/null >"$out/greedy.txt"
+      printf '%-22s greedy text ' "$m"
+      if $py -c 'import json,sys; want=json.load(open(sys.argv[1]))["text"]; got=open(sys.argv[2],encoding="utf-8").read().removesuffix("\n"); print("PASS" if got == want else "FAIL: %r (llama.cpp %r)" % (got, want)); sys.exit(got != want)' \
+          "$ref/greedy_text.json" "$out/greedy.txt"; then :; else status=1; fi
+    fi
+    if [ -f "$ref/perplexity.txt" ]; then
+      want=$(sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' "$ref/perplexity.txt")
+      got=$("$minfer" perplexity -m "$models/$m.gguf" -f "$out/heldout.txt" -c 64 2>/dev/null |
+            sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
+      printf '%-22s perplexity %s (llama.cpp %s) ' "$m" "$got" "$want"
+      if $py -c "import sys; g,w=float('$got' or 'nan'),float('$want'); sys.exit(0 if abs(g-w)/w <= 0.005 else 1)"; then
+        echo PASS
+      else
+        echo FAIL; status=1
+      fi
+    fi
   done
 done
 exit $status

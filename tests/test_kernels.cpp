@@ -571,6 +571,54 @@ TEST(Interleave, RoundTripsEveryRowAndKeepsTheBytes) {
     EXPECT_FALSE(tensor::can_interleave(DType::F32, 64, 16));
 }
 
+// The many-token group kernels (the MoE experts' path for up to 16 tokens)
+// are bitwise the one-token kernel, token by token, for every count of
+// tokens (4 at a time, then 3, 2 or 1), and write only their tokens' rows.
+TEST(Interleave, GroupDotManyIsBitwiseGroupDotPerToken) {
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+        int kernels = 0;
+        for (DType t : {DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::Q8_0}) {
+            const cpu::GroupDotManyFn many = cpu::group_dot_many_fn(t);
+            const cpu::GroupDotFn one = cpu::group_dot_fn(t);
+            if (many == nullptr) continue;
+            ASSERT_NE(one, nullptr) << dtype_name(t);
+            ++kernels;
+            SCOPED_TRACE(dtype_name(t));
+            const int64_t K = 512, M = 32, out_stride = M + 3, n_max = 11;
+            Weight w = make_weight(t, K, M, 21);
+            std::vector<uint8_t> il(w.bytes.size());
+            tensor::interleave_rows(t, w.bytes.data(), K, M, il.data());
+            const DType at = cpu::act_type(t);
+            const size_t ar = row_size(at, K);
+            const std::vector<float> x = random_floats(static_cast<size_t>(K * n_max), 22, -2, 2);
+            std::vector<uint8_t> act(ar * static_cast<size_t>(n_max));
+            for (int64_t i = 0; i < n_max; ++i)
+                cpu::quantize_act_row(at, x.data() + i * K, act.data() + i * ar, K);
+            for (int64_t n = 1; n <= n_max; ++n)
+                for (int64_t g = 0; g < M; g += kInterleaveRows) {
+                    const uint8_t* group = il.data() + static_cast<size_t>(g) * w.view.row_bytes();
+                    std::vector<float> got(static_cast<size_t>(out_stride * (n_max + 1)), -7.0f);
+                    many(K, group, act.data(), ar, n, got.data(), out_stride);
+                    for (int64_t i = 0; i < n; ++i) {
+                        float want[kInterleaveRows];
+                        one(K, group, act.data() + i * ar, want);
+                        ASSERT_EQ(0, std::memcmp(want, got.data() + i * out_stride, sizeof want))
+                            << "n=" << n << " token " << i << " group " << g;
+                        for (int64_t j = kInterleaveRows; j < out_stride; ++j)
+                            ASSERT_EQ(got[size_t(i * out_stride + j)], -7.0f);
+                    }
+                    for (int64_t j = n * out_stride; j < out_stride * (n_max + 1); ++j)
+                        ASSERT_EQ(got[size_t(j)], -7.0f) << "n=" << n << ": wrote past its tokens";
+                }
+        }
+        // AVX-512 has Q8_0's and Q4_K's: a level that should have them and
+        // returns none checks nothing
+        if (level == cpu::IsaLevel::Avx512) {
+            EXPECT_GE(kernels, 2);
+        }
+    });
+}
+
 TEST(CpuMatMul, InterleavedWeightsMatchTheFileLayout) {
     minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
         (void)level;

@@ -23,6 +23,7 @@
 #include "isa_levels.h"
 #include "model/model.h"
 #include "reference_forward.h"
+#include "report/observe.h"
 #include "runtime/engine.h"
 #include "runtime/engine_impl.h"
 #include "runtime/sampler.h"
@@ -642,4 +643,60 @@ TEST(Moe, InfoShowsExpertsAndActiveParameters) {
     EXPECT_EQ(j["sizes"]["n_expert_used"].get<int64_t>(), 2);
     EXPECT_EQ(j["sizes"]["n_params_active"].get<int64_t>(), total - exps + exps * 2 / 8);
     std::remove(path.c_str());
+}
+
+// The memory report and the viz page's records (report/observe.h) show the
+// MoE nodes as they show the dense ones: per layer the router's softmax,
+// the top-k, the weights, the grouping, the gather, the expert matmuls
+// (fused gate+up and down), the weighted sum and (qwen2moe) the shared
+// expert's gate, each with a planned buffer inside the arena counted in the
+// curve, and value statistics read in the node's type: the top-k and group
+// outputs are expert ids and slot indices (I32), within their ranges.
+TEST(Moe, ReportAndTraceShowTheMoeNodesWithTheirBuffers) {
+    auto l = minfer::testing::load_tiny_model(moe_spec("qwen2moe"));
+    const int64_t n_layer = l->model.hp.n_layer, n_expert = l->model.hp.n_expert;
+    runtime::SessionOptions o;
+    o.n_ctx = 32;
+    o.n_threads = 1;
+    runtime::Session s(l->model, o);
+    report::GraphRecorder rec(s, /*trace_values=*/true);
+    const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.begin() + 5);
+    s.eval(prompt);
+    const int32_t next = 9;
+    s.eval(std::span<const int32_t>(&next, 1));
+    ASSERT_EQ(rec.records().size(), 2u);
+    for (const nlohmann::json& r : rec.records()) {
+        SCOPED_TRACE(r["kind"].get<std::string>());
+        const int64_t n = r["n_tokens"];
+        std::map<std::string, int64_t> count;
+        for (const auto& nd : r["nodes"]) {
+            const std::string op = nd["op"];
+            if (op != "Softmax" && op != "TopK" && op != "MoeWeights" && op != "MoeGroup" &&
+                op != "MoeGather" && op != "MatMulId" && op != "MoeSum" && op != "SigmoidScale")
+                continue;
+            ++count[op];
+            SCOPED_TRACE(nd["name"].get<std::string>());
+            ASSERT_FALSE(nd["dead"].get<bool>());
+            ASSERT_TRUE(nd["buffer"].is_object());
+            const size_t id = nd["id"];
+            EXPECT_GE(r["curve"][id].get<size_t>(), nd["buffer"]["len"].get<size_t>());
+            ASSERT_TRUE(nd.contains("stats"));
+            EXPECT_EQ(nd["stats"]["nan"], 0);
+            EXPECT_EQ(nd["stats"]["inf"], 0);
+            if (op == "TopK") {
+                EXPECT_EQ(nd["type"], "i32");
+                EXPECT_GE(nd["stats"]["min"].get<double>(), 0.0);
+                EXPECT_LE(nd["stats"]["max"].get<double>(), double(n_expert - 1));
+                // k ids per token (the last layer's rows only the output's)
+                EXPECT_EQ(nd["shape"][0].get<int64_t>(), l->model.hp.n_expert_used);
+                EXPECT_LE(nd["shape"][1].get<int64_t>(), n);
+                EXPECT_EQ(nd["stats"]["count"].get<int64_t>(),
+                          nd["shape"][0].get<int64_t>() * nd["shape"][1].get<int64_t>());
+            }
+        }
+        for (const char* op : {"Softmax", "TopK", "MoeWeights", "MoeGroup", "MoeGather", "MoeSum",
+                               "SigmoidScale"})
+            EXPECT_EQ(count[op], n_layer) << op;
+        EXPECT_GE(count["MatMulId"], 2 * n_layer);
+    }
 }

@@ -669,29 +669,42 @@ MINFER_VNNI512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void*
 // scale, then -dmin * min times the activations' sum, into a block sum
 // that takes the activation scale once. So a token's outputs are bitwise
 // the same alone (here) and in a batch (the GEMM).
-MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, float* out) {
+// NT tokens at once (the activation rows a + t * a_stride, outputs out + t *
+// out_stride): each weight vector is loaded and unpacked once for all of
+// them, and the NT chains of vpdpbusd are independent (one token's chain
+// waits on the instruction's latency); each token's steps are those of
+// NT = 1 in the same order, so its outputs are bitwise the same.
+template <int NT>
+MINFER_VNNI512 void group_dot_q4_K_nt(int64_t n, const void* vw, const uint8_t* va, size_t a_stride,
+                                      float* out, int64_t out_stride) {
     const auto* blk = static_cast<const uint8_t*>(vw);
-    const auto* y = static_cast<const block_q8_K*>(va);
+    const block_q8_K* y[NT];
+    for (int t = 0; t < NT; ++t) y[t] = reinterpret_cast<const block_q8_K*>(va + t * a_stride);
     const __m512i m4 = _mm512_set1_epi8(0xF);
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i, blk += 16 * sizeof(block_q4_K)) {
         __m512i sc[2], mn[2];  // bytes of each lane: scales 0-3, 4-7; mins 0-3, 4-7
         interleaved::q4_K_scales_mins(blk, sc, mn);
         const __m512 d = interleaved::halves16(blk), dmin = interleaved::halves16(blk + 32);
-        __m512 sum = _mm512_setzero_ps();
+        __m512 sum[NT];
+        for (int t = 0; t < NT; ++t) sum[t] = _mm512_setzero_ps();
         const uint8_t* qs = blk + 256;
         for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c, 2c + 1
-            __m512i s2[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-            const int8_t* a = y[i].qs + 64 * c;
+            __m512i s2[NT][2];
+            for (int t = 0; t < NT; ++t) s2[t][0] = s2[t][1] = _mm512_setzero_si512();
             for (int k = 0; k < 8; ++k) {
                 const __m512i q = _mm512_loadu_si512(qs + 64 * (8 * c + k));
-                int32_t a_lo, a_hi;
-                std::memcpy(&a_lo, a + 4 * k, 4);
-                std::memcpy(&a_hi, a + 32 + 4 * k, 4);
-                s2[0] =
-                    _mm512_dpbusd_epi32(s2[0], _mm512_and_si512(q, m4), _mm512_set1_epi32(a_lo));
-                s2[1] = _mm512_dpbusd_epi32(s2[1], _mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
-                                            _mm512_set1_epi32(a_hi));
+                const __m512i lo = _mm512_and_si512(q, m4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                for (int t = 0; t < NT; ++t) {
+                    const int8_t* a = y[t][i].qs + 64 * c;
+                    int32_t a_lo, a_hi;
+                    std::memcpy(&a_lo, a + 4 * k, 4);
+                    std::memcpy(&a_hi, a + 32 + 4 * k, 4);
+                    s2[t][0] = _mm512_dpbusd_epi32(s2[t][0], lo, _mm512_set1_epi32(a_lo));
+                    s2[t][1] = _mm512_dpbusd_epi32(s2[t][1], hi, _mm512_set1_epi32(a_hi));
+                }
             }
             for (int h = 0; h < 2; ++h) {
                 const int j = 2 * c + h;  // the sub-block
@@ -699,37 +712,86 @@ MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, fl
                 const __m512 o = _mm512_sub_ps(
                     _mm512_setzero_ps(),
                     _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(interleaved::byte_of(mn, j))));
-                const auto bsum = static_cast<float>(y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-                sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[h]), s, sum);
-                sum = _mm512_fmadd_ps(o, _mm512_set1_ps(bsum), sum);
+                for (int t = 0; t < NT; ++t) {
+                    const auto bsum =
+                        static_cast<float>(y[t][i].bsums[2 * j] + y[t][i].bsums[2 * j + 1]);
+                    sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[t][h]), s, sum[t]);
+                    sum[t] = _mm512_fmadd_ps(o, _mm512_set1_ps(bsum), sum[t]);
+                }
             }
         }
-        acc = _mm512_fmadd_ps(sum, _mm512_set1_ps(y[i].d), acc);
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm512_fmadd_ps(sum[t], _mm512_set1_ps(y[t][i].d), acc[t]);
     }
-    _mm512_storeu_ps(out, acc);
+    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * out_stride, acc[t]);
+}
+
+MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, float* out) {
+    group_dot_q4_K_nt<1>(n, vw, static_cast<const uint8_t*>(va), 0, out, 0);
 }
 
 // Q8_0 x Q8_0 for an interleaved group of 16 rows: per block the 16 f16
 // scales, then 8 vectors of one qs dword per row, stored ^ 0x80 (q + 128,
 // unsigned for vpdpbusd); the sums start at -128 * sum(a), so they end
-// exact: sum of q * a per row.
-MINFER_VNNI512 void group_dot_q8_0(int64_t n, const void* vw, const void* va, float* out) {
+// exact: sum of q * a per row. NT tokens at once, as group_dot_q4_K_nt.
+template <int NT>
+MINFER_VNNI512 void group_dot_q8_0_nt(int64_t n, const void* vw, const uint8_t* va, size_t a_stride,
+                                      float* out, int64_t out_stride) {
     const auto* blk = static_cast<const uint8_t*>(vw);
-    const auto* y = static_cast<const block_q8_0*>(va);
-    __m512 acc = _mm512_setzero_ps();
+    const block_q8_0* y[NT];
+    for (int t = 0; t < NT; ++t) y[t] = reinterpret_cast<const block_q8_0*>(va + t * a_stride);
+    __m512 acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n / QK8_0; ++b, blk += 16 * sizeof(block_q8_0)) {
-        __m512i isum = _mm512_set1_epi32(-128 * sum_q8_32(y[b].qs));
-        int32_t aq[8];
-        std::memcpy(aq, y[b].qs, 32);
-        for (int q = 0; q < 8; ++q)
-            isum = _mm512_dpbusd_epi32(isum, _mm512_loadu_si512(blk + 32 + 64 * q),
-                                       _mm512_set1_epi32(aq[q]));
+        __m512i isum[NT];
+        for (int t = 0; t < NT; ++t) isum[t] = _mm512_set1_epi32(-128 * sum_q8_32(y[t][b].qs));
+        for (int q = 0; q < 8; ++q) {
+            const __m512i wq = _mm512_loadu_si512(blk + 32 + 64 * q);
+            for (int t = 0; t < NT; ++t) {
+                int32_t aq;
+                std::memcpy(&aq, y[t][b].qs + 4 * q, 4);
+                isum[t] = _mm512_dpbusd_epi32(isum[t], wq, _mm512_set1_epi32(aq));
+            }
+        }
         const __m512 dw = interleaved::halves16(blk);
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum), dw),
-                              _mm512_set1_ps(_cvtsh_ss(y[b].d)), acc);
+        for (int t = 0; t < NT; ++t)
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum[t]), dw),
+                                     _mm512_set1_ps(_cvtsh_ss(y[t][b].d)), acc[t]);
     }
-    _mm512_storeu_ps(out, acc);
+    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * out_stride, acc[t]);
 }
+
+MINFER_VNNI512 void group_dot_q8_0(int64_t n, const void* vw, const void* va, float* out) {
+    group_dot_q8_0_nt<1>(n, vw, static_cast<const uint8_t*>(va), 0, out, 0);
+}
+
+// n_tok tokens, 4 at a time (4 chains hide vpdpbusd's latency; more would
+// spill the zmm registers in the Q4_K kernel), then the rest.
+template <template <int> class Kernel>
+void group_dot_many(int64_t n, const void* group, const void* va, size_t a_stride, int64_t n_tok,
+                    float* out, int64_t out_stride) {
+    const auto* a = static_cast<const uint8_t*>(va);
+    int64_t t = 0;
+    for (; t + 4 <= n_tok; t += 4)
+        Kernel<4>::run(n, group, a + t * a_stride, a_stride, out + t * out_stride, out_stride);
+    const uint8_t* at = a + t * a_stride;
+    float* ot = out + t * out_stride;
+    if (n_tok - t == 3) Kernel<3>::run(n, group, at, a_stride, ot, out_stride);
+    if (n_tok - t == 2) Kernel<2>::run(n, group, at, a_stride, ot, out_stride);
+    if (n_tok - t == 1) Kernel<1>::run(n, group, at, a_stride, ot, out_stride);
+}
+template <int NT>
+struct Q8_0Group {
+    static void run(int64_t n, const void* g, const uint8_t* a, size_t as, float* o, int64_t os) {
+        group_dot_q8_0_nt<NT>(n, g, a, as, o, os);
+    }
+};
+template <int NT>
+struct Q4_KGroup {
+    static void run(int64_t n, const void* g, const uint8_t* a, size_t as, float* o, int64_t os) {
+        group_dot_q4_K_nt<NT>(n, g, a, as, o, os);
+    }
+};
 
 // Q6_K x Q8_K for an interleaved group of 16 rows. Per super-block, for
 // half h and quad k (ggml's layout), three vectors of one dword per row:
@@ -1112,6 +1174,17 @@ GroupDotFn group_dot_fn(DType w) {
     if (w == DType::Q8_0 && vnni512) return group_dot_q8_0;
     // Avx2: Q8_0, Q4_K, Q6_K (x86/gemm_avx2.cpp, beside the GEMM it mirrors).
     if (!vnni512 && at_avx2()) return avx2::group_dot(w);
+#endif
+    (void)w;
+    return nullptr;
+}
+
+GroupDotManyFn group_dot_many_fn(DType w) {
+#ifdef MINFER_X86_SIMD
+    if (at_avx512() && group_dot_fn(w) != nullptr) {
+        if (w == DType::Q8_0) return group_dot_many<Q8_0Group>;
+        if (w == DType::Q4_K) return group_dot_many<Q4_KGroup>;
+    }
 #endif
     (void)w;
     return nullptr;

@@ -40,6 +40,15 @@ using GroupDotFn = void (*)(int64_t n, const void* group, const void* a, float* 
 // are bitwise the GEMM's (see matmul_batch_invariant).
 GroupDotFn group_dot_fn(tensor::DType weight);
 
+// out[t * out_stride + l] = group_dot(n, group, a + t * a_stride)[l] for
+// n_tok tokens, bitwise (the same float steps per token), with the group's
+// weights loaded once for several tokens: what an expert that a few tokens
+// chose multiplies without unpacking a GEMM tile. nullptr where none is
+// written (the caller loops over group_dot_fn's).
+using GroupDotManyFn = void (*)(int64_t n, const void* group, const void* a, size_t a_stride,
+                                int64_t n_tok, float* out, int64_t out_stride);
+GroupDotManyFn group_dot_many_fn(tensor::DType weight);
+
 // Plain f32 dot product with float accumulation in 16 lanes (ggml's
 // ggml_vec_dot_f32 sums in float SIMD registers too).
 float dot_f32(const float* a, const float* b, int64_t n);
