@@ -71,7 +71,9 @@ class ServeStructured : public ::testing::Test {
 
     static httplib::Result post(const std::string& path, const json& body) {
         httplib::Client c("127.0.0.1", port_);
-        c.set_read_timeout(120);
+        // A bound for a hang, not a speed check: JsonObjectRepliesAreObjects
+        // samples 4 x 200 tokens, ~70 s of CPU per request under ASan.
+        c.set_read_timeout(600);
         return c.Post(path.c_str(), body.dump(), "application/json");
     }
     static std::string metrics() {
