@@ -235,10 +235,13 @@ const TokenMasker::NodeMask& TokenMasker::cache_node_mask(int32_t node) const {
     return *owned_.back();
 }
 
+void TokenMasker::build_if_missing(int32_t node) const {
+    if (g_->nodes[size_t(node)].has_bytes && !cache_[node].load(std::memory_order_acquire))
+        cache_node_mask(node);
+}
+
 void TokenMasker::warm_all() const {
-    for (size_t n = 0; n < g_->nodes.size(); ++n)
-        if (g_->nodes[n].has_bytes && !cache_[n].load(std::memory_order_acquire))
-            cache_node_mask(int32_t(n));
+    for (size_t n = 0; n < g_->nodes.size(); ++n) build_if_missing(int32_t(n));
 }
 
 void TokenMasker::start_warming() {
@@ -273,8 +276,7 @@ void TokenMasker::warm_loop() {
     for (size_t n = 0; n < n_nodes; ++n) reach(int32_t(n));  // any not reached from the start
     for (int32_t n : order) {
         if (stop_warming_.load(std::memory_order_relaxed)) return;
-        if (g.nodes[size_t(n)].has_bytes && !cache_[n].load(std::memory_order_acquire))
-            cache_node_mask(n);
+        build_if_missing(n);
     }
     warmed_.store(true, std::memory_order_release);
 }

@@ -149,6 +149,8 @@ class TokenMasker {
     struct NodeMask;
     const NodeMask& node_mask(int32_t node) const;
     const NodeMask& cache_node_mask(int32_t node) const;
+    // Builds the node's mask unless it has one (or has no byte edges).
+    void build_if_missing(int32_t node) const;
     std::unique_ptr<NodeMask> build_node_mask(int32_t node) const;
     void warm_loop();
 
