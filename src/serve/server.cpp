@@ -997,7 +997,7 @@ void Server::attach(const model::Model& model, runtime::EngineOptions engine_opt
     I.constraints = std::make_unique<structured::ConstraintCache>(
         std::make_shared<const structured::TokenVocab>(
             structured::TokenVocab::from_tokenizer(*I.tok)),
-        64, structured::Warm::InBackground);
+        structured::ConstraintCache::kDefaultCapacity, structured::Warm::InBackground);
     I.engine_thread = std::thread([&I] {
         while (!I.engine_stop) {
             try {

@@ -41,7 +41,9 @@ std::shared_ptr<const Constraint> compile_constraint(std::string gbnf,
 // (a sequence holding one keeps it alive).
 class ConstraintCache {
   public:
-    explicit ConstraintCache(std::shared_ptr<const TokenVocab> vocab, size_t capacity = 64,
+    static constexpr size_t kDefaultCapacity = 64;
+    explicit ConstraintCache(std::shared_ptr<const TokenVocab> vocab,
+                             size_t capacity = kDefaultCapacity,
                              Warm warm = Warm::OnFirstUse);
     // The constraint for `gbnf`, compiled on a miss (`hit` says which).
     // Throws as compile_constraint does; a failed grammar is not cached.
