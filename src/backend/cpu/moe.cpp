@@ -148,8 +148,7 @@ constexpr int64_t kParallelQuantizeMin = 1 << 15;
 
 // Up to this many tokens, an expert with a many-token group kernel takes it
 // instead of the GEMM: it reads the regrouped rows as they are, where the
-// GEMM unpacks each tile first (on Zen 4, one thread, a 768 x 2048 slice:
-// 0.3x the GEMM's time for 1 token, 0.6x for 8, 0.8x for 16). A token
+// GEMM unpacks each tile first, a cost a few tokens do not repay. A token
 // chooses an expert once, so a decode batch of up to 16 never needs the GEMM.
 constexpr int64_t kGroupDotManyMaxTokens = 16;
 
