@@ -53,19 +53,28 @@ std::shared_ptr<const CompiledGrammar> compiled(const minfer::testing::CorpusSch
         compile_grammar(parse_gbnf(json_schema_to_gbnf(c.schema))));
 }
 
+// Qwen's vocabulary; null, and the benchmark skipped, without the shared model.
+std::shared_ptr<const TokenVocab> qwen_vocab_or_skip(benchmark::State& state) {
+    auto vocab = qwen_vocab();
+    if (!vocab) state.SkipWithError("needs ../shared/models/qwen2-mini-q8_0.gguf");
+    return vocab;
+}
+
 // Qwen's vocabulary and the compiled corpus schema named by the benchmark's
-// argument (the label); the vocabulary is null, and the benchmark skipped,
-// without the shared model.
+// argument (the label); the vocabulary is null without the shared model.
 std::pair<std::shared_ptr<const TokenVocab>, std::shared_ptr<const CompiledGrammar>>
 vocab_and_schema(benchmark::State& state) {
-    auto vocab = qwen_vocab();
-    if (!vocab) {
-        state.SkipWithError("needs ../shared/models/qwen2-mini-q8_0.gguf");
-        return {};
-    }
+    auto vocab = qwen_vocab_or_skip(state);
+    if (!vocab) return {};
     const auto& c = corpus_schema(kSchemas[state.range(0)]);
     state.SetLabel(c.name);
     return {vocab, compiled(c)};
+}
+
+// The value at rank floor(p * n) of `sorted` (non-empty): every p50 / p99
+// figure of this file.
+double percentile(const std::vector<double>& sorted, double p) {
+    return sorted[std::min(sorted.size() - 1, size_t(p * double(sorted.size())))];
 }
 
 // JSON Schema -> GBNF -> automaton (no vocabulary involved).
@@ -109,9 +118,8 @@ void BM_StructuredMask(benchmark::State& state) {
         }
     }
     std::sort(us.begin(), us.end());
-    auto pct = [&](double p) { return us[std::min(us.size() - 1, size_t(p * double(us.size())))]; };
-    state.counters["p50_us"] = pct(0.50);
-    state.counters["p99_us"] = pct(0.99);
+    state.counters["p50_us"] = percentile(us, 0.50);
+    state.counters["p99_us"] = percentile(us, 0.99);
     state.counters["max_us"] = us.back();
     state.counters["states"] = double(states.size());
     state.counters["cached_nodes"] = double(masker.n_cached_nodes());
@@ -142,11 +150,6 @@ BENCHMARK(BM_StructuredWarmAll)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 
-double percentile(std::vector<double>& us, double p) {
-    std::sort(us.begin(), us.end());
-    return us[std::min(us.size() - 1, size_t(p * double(us.size())))];
-}
-
 // Every corpus schema, mask time per token from first use: the states of
 // random walks over a cold masker (each node built when a mask first reaches
 // it: cold_p99_us), and over a masker warmed as compile_constraint's
@@ -155,11 +158,8 @@ double percentile(std::vector<double>& us, double p) {
 // does between tokens, so cold_p99_us is the worst case of a decode that
 // outruns the warming.
 void BM_StructuredMaskFromFirstUse(benchmark::State& state, size_t schema) {
-    auto vocab = qwen_vocab();
-    if (!vocab) {
-        state.SkipWithError("needs ../shared/models/qwen2-mini-q8_0.gguf");
-        return;
-    }
+    auto vocab = qwen_vocab_or_skip(state);
+    if (!vocab) return;
     const auto& c = corpus()[schema];
     state.SetLabel(c.name);
     auto g = compiled(c);
@@ -200,6 +200,7 @@ void BM_StructuredMaskFromFirstUse(benchmark::State& state, size_t schema) {
             benchmark::DoNotOptimize(mask.words.data());
         }
     }
+    for (auto* v : {&cold_us, &warm_us, &build_us}) std::sort(v->begin(), v->end());
     state.counters["states"] = double(warm_us.size());
     state.counters["cold_p99_us"] = percentile(cold_us, 0.99);
     state.counters["cold_max_us"] = cold_us.back();
