@@ -10,6 +10,7 @@ minfer="$1"
 shared="$2"
 what="${3:-logits}"
 py=/usr/bin/python3
+. "$(dirname "$0")/parity_perplexity.sh"
 # Without ../shared: skipped (exit 77, CTest's SKIP_RETURN_CODE) with the
 # reason, or a failure when MINFER_REQUIRE_SHARED=1 (CI has ../shared).
 missing() {
@@ -61,10 +62,10 @@ perplexity)
       [ -f "$f" ] || { echo "parity: kjv-tiny-$q perplexity: no $f"; continue 2; }
     done
     checked=$((checked + 1))
-    want=$(sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' "$shared/ref/kjv-tiny-$q/perplexity.txt")
+    want=$(ppl_of <"$shared/ref/kjv-tiny-$q/perplexity.txt")
     got=$("$minfer" perplexity -m "$shared/models/kjv-tiny-$q.gguf" -f "$shared/models/kjv-heldout.txt" -c 256 2>/dev/null |
-          sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
-    if $py -c "import sys; g,w=float('$got'),float('$want'); sys.exit(0 if abs(g-w)/w <= 0.005 else 1)"; then
+          ppl_of)
+    if perplexity_matches "$got" "$want"; then
       echo "kjv-tiny-$q perplexity $got (llama.cpp $want) PASS"
     else
       echo "kjv-tiny-$q perplexity $got (llama.cpp $want) FAIL"; status=1

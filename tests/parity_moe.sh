@@ -15,6 +15,7 @@ models="$3"
 here="$(cd "$(dirname "$0")" && pwd)"
 refs="$here/ref/moe"
 py=/usr/bin/python3
+. "$here/parity_perplexity.sh"
 missing() {
   if [ "${MINFER_REQUIRE_SHARED:-}" = 1 ]; then
     echo "parity_moe: FAIL: $1 (MINFER_REQUIRE_SHARED=1)"; exit 1
@@ -82,11 +83,10 @@ for level in scalar avx2 avx512 neon dotprod i8mm; do
           "$ref/greedy_text.json" "$out/greedy.txt"; then :; else status=1; fi
     fi
     if [ -f "$ref/perplexity.txt" ]; then
-      want=$(sed -n 's/.*PPL = \([0-9.]*\).*/\1/p' "$ref/perplexity.txt")
-      got=$("$minfer" perplexity -m "$models/$m.gguf" -f "$out/heldout.txt" -c 64 2>/dev/null |
-            sed -n 's/.*PPL = \([0-9.]*\).*/\1/p')
+      want=$(ppl_of <"$ref/perplexity.txt")
+      got=$("$minfer" perplexity -m "$models/$m.gguf" -f "$out/heldout.txt" -c 64 2>/dev/null | ppl_of)
       printf '%-22s perplexity %s (llama.cpp %s) ' "$m" "$got" "$want"
-      if $py -c "import sys; g,w=float('$got' or 'nan'),float('$want'); sys.exit(0 if abs(g-w)/w <= 0.005 else 1)"; then
+      if perplexity_matches "$got" "$want"; then
         echo PASS
       else
         echo FAIL; status=1
