@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config clang-format
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libcpp-httplib-dev
   python3 python3-numpy python3-jsonschema

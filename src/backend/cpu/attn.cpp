@@ -41,9 +41,8 @@ bool has_avx512() {
 // row_kv [n_rows_pad] each row's key count (padding rows see key 0 only: a
 // finite softmax, never stored). Shared by the AVX-512 (16 lanes) and AVX2
 // (8 lanes) kernels.
-__attribute__((target("f16c"))) void transpose_q_rows(const AttnRows& a, int64_t lanes,
-                                                      int64_t n_rows_pad, float* qt,
-                                                      int32_t* row_kv) {
+MINFER_TARGET_AVX2 void transpose_q_rows(const AttnRows& a, int64_t lanes, int64_t n_rows_pad,
+                                         float* qt, int32_t* row_kv) {
     const int64_t hd = a.hd, rows = a.n_tokens * a.group;
     for (int64_t r = 0; r < n_rows_pad; ++r) {
         row_kv[r] = r < rows ? a.n_kv[r / a.group] : 1;
@@ -59,7 +58,7 @@ __attribute__((target("f16c"))) void transpose_q_rows(const AttnRows& a, int64_t
     }
 }
 
-MINFER_AVX512 inline __m512 load16(bool f16, const void* base, int64_t i) {
+MINFER_TARGET_AVX512 inline __m512 load16(bool f16, const void* base, int64_t i) {
     if (f16)
         return _mm512_cvtph_ps(_mm256_loadu_si256(
             reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
@@ -67,15 +66,13 @@ MINFER_AVX512 inline __m512 load16(bool f16, const void* base, int64_t i) {
 }
 
 // q rounded through f16 (what ggml's f16 vec_dot sees).
-MINFER_AVX512 inline __m512 round_f16(__m512 x) {
+MINFER_TARGET_AVX512 inline __m512 round_f16(__m512 x) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 constexpr int kMaxVecs = 16;  // head_dim <= 256
 
-#define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-MINFER_AVX2 inline __m256 load8(bool f16, const void* base, int64_t i) {
+MINFER_TARGET_AVX2 inline __m256 load8(bool f16, const void* base, int64_t i) {
     if (f16)
         return _mm256_cvtph_ps(_mm_loadu_si128(
             reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i)));
@@ -86,7 +83,8 @@ MINFER_AVX2 inline __m256 load8(bool f16, const void* base, int64_t i) {
 // dim-major: dst[d * ld + l] = dim d of key j + l (this head). The cache
 // holds K so (ir/kv_layout.h): each dim's run is copied (converted) 8
 // at a time.
-MINFER_AVX2 void gather_k_run(const AttnRows& a, int64_t j, int64_t run, float* dst, int64_t ld) {
+MINFER_TARGET_AVX2 void gather_k_run(const AttnRows& a, int64_t j, int64_t run, float* dst,
+                                     int64_t ld) {
     const int64_t first = k_elem(a, j);
     for (int64_t d = 0; d < a.hd; ++d) {
         const int64_t src = first + d * graph::kKBlockCells;
@@ -117,8 +115,9 @@ constexpr int64_t kMaxRows = kAttnMaxRows;
 // out[r] = sum_j p[j][r] * v_j for the rows of one vector block, R rows at a
 // time in registers (NV vectors each).
 template <int NV>
-MINFER_AVX512 void attn_pv(const float* p, int64_t p_stride, int64_t rows, const int32_t* n_kv_row,
-                           const float* v, int64_t v_row, float* const* out) {
+MINFER_TARGET_AVX512 void attn_pv(const float* p, int64_t p_stride, int64_t rows,
+                                  const int32_t* n_kv_row, const float* v, int64_t v_row,
+                                  float* const* out) {
     constexpr int R = NV >= 16 ? 1 : 16 / NV > 4 ? 4 : 16 / NV;
     for (int64_t r0 = 0; r0 < rows; r0 += R) {
         const int nr = static_cast<int>(std::min<int64_t>(R, rows - r0));
@@ -151,14 +150,14 @@ constexpr auto kPv = pv_table(std::make_integer_sequence<int, kMaxVecs>{});
 
 // V rows of keys [j, j + run), consecutive cells of one page, as floats:
 // hd elements each into vf.
-MINFER_AVX512 void gather_v_rows(const AttnRows& a, int64_t j, int64_t run, float* vf) {
+MINFER_TARGET_AVX512 void gather_v_rows(const AttnRows& a, int64_t j, int64_t run, float* vf) {
     const int64_t first = v_elem(a, j);
     for (int64_t l = 0; l < run; ++l)
         for (int64_t d = 0; d < a.hd; d += 16)
             _mm512_storeu_ps(vf + l * a.hd + d, load16(a.f16, a.v, first + l * a.kv_row + d));
 }
 
-MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
+MINFER_TARGET_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
     const int64_t hd = a.hd, rows = a.n_tokens * a.group, nrv = (rows + 15) / 16;
     int64_t n_kv_max = 0;
     for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
@@ -249,7 +248,7 @@ MINFER_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
 // an f16 cache the probabilities) rounded through f16 as ggml; the softmax
 // sums each 16 exponentials in float, then in double.
 
-MINFER_AVX2 inline __m256 round_f16_8(__m256 x) {
+MINFER_TARGET_AVX2 inline __m256 round_f16_8(__m256 x) {
     return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
@@ -294,8 +293,8 @@ constexpr int64_t kKeyBlock = 32;
 // are one K block of it, else converted into buf. Keys past n_kv_max (their
 // scores are masked) hold what the block holds, or zero in buf.
 static_assert(kKeyBlock == graph::kKBlockCells);
-MINFER_AVX2 const float* key_block_dims(const AttnRows& a, int64_t j0, int64_t n, int64_t n_kv_max,
-                                        float* buf) {
+MINFER_TARGET_AVX2 const float* key_block_dims(const AttnRows& a, int64_t j0, int64_t n,
+                                               int64_t n_kv_max, float* buf) {
     if (j0 + kKeyBlock < n_kv_max) prefetch_k_block(a, j0 + kKeyBlock);
     if (!a.f16 && kv_cell(a, j0) % kKeyBlock == 0 && (!a.pages || a.page_cells % kKeyBlock == 0))
         return static_cast<const float*>(a.k) + k_elem(a, j0);
@@ -308,8 +307,8 @@ MINFER_AVX2 const float* key_block_dims(const AttnRows& a, int64_t j0, int64_t n
 
 // Row pointers (floats) of the V rows of keys [j0, j0 + n): into the cache
 // (f32) or converted into buf [n][hd] (f16).
-MINFER_AVX2 void value_block_rows(const AttnRows& a, int64_t j0, int64_t n, int64_t n_kv_max,
-                                  float* buf, const float** rows) {
+MINFER_TARGET_AVX2 void value_block_rows(const AttnRows& a, int64_t j0, int64_t n, int64_t n_kv_max,
+                                         float* buf, const float** rows) {
     prefetch_v_rows(a, j0 + n, std::min(j0 + 2 * n, n_kv_max));
     for (int64_t l = 0; l < n; ++l) {
         const int64_t e = v_elem(a, j0 + l);
@@ -327,9 +326,9 @@ MINFER_AVX2 void value_block_rows(const AttnRows& a, int64_t j0, int64_t n, int6
 // dim-major [hd][kKeyBlock]; count a multiple of kKeysPerStep): st[j][lane]
 // = q_lane . k_j * scale (one FMA chain over d), or -inf for keys at or
 // past the lane's n_kv.
-MINFER_AVX2 void rows_scores_block_avx2(const float* qt, int64_t hd, const float* kt, int64_t j0,
-                                        int64_t count, __m256i lane_kv, float scale, float* st,
-                                        int64_t st_stride) {
+MINFER_TARGET_AVX2 void rows_scores_block_avx2(const float* qt, int64_t hd, const float* kt,
+                                               int64_t j0, int64_t count, __m256i lane_kv,
+                                               float scale, float* st, int64_t st_stride) {
     const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < count; j += kKeysPerStep) {
         __m256 acc[kKeysPerStep];
@@ -355,8 +354,9 @@ MINFER_AVX2 void rows_scores_block_avx2(const float* qt, int64_t hd, const float
 // first key block starts from zero, later ones from what out holds (a
 // float stored and reloaded: the FMA chain over keys is unchanged).
 template <int R>
-MINFER_AVX2 void rows_pv_block_avx2(const float* p, int64_t p_stride, const float* const* v,
-                                    int64_t j0, int64_t count, int64_t hd, float* const* out) {
+MINFER_TARGET_AVX2 void rows_pv_block_avx2(const float* p, int64_t p_stride, const float* const* v,
+                                           int64_t j0, int64_t count, int64_t hd,
+                                           float* const* out) {
     for (int64_t c = 0; c < hd; c += 16) {
         __m256 acc[R][2];
         for (int r = 0; r < R; ++r)
@@ -381,7 +381,7 @@ constexpr int kPvRows = 4;  // 8 accumulators, 2 V vectors, a broadcast: 11 of 1
 constexpr std::array<RowsPvFn, kPvRows> kRowsPv = {&rows_pv_block_avx2<1>, &rows_pv_block_avx2<2>,
                                                    &rows_pv_block_avx2<3>, &rows_pv_block_avx2<4>};
 
-MINFER_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
+MINFER_TARGET_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
     const int64_t hd = a.hd, rows = a.n_tokens * a.group, nrv = (rows + 7) / 8;
     int64_t n_kv_max = 0;
     for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
@@ -480,8 +480,9 @@ constexpr int64_t kFewRows = 8;
 // chains alone would wait on each FMA's latency). Keys past n_kv_max read
 // whatever their cells hold and are masked.
 template <int R>  // R rows: a constant, so the accumulators stay in registers
-MINFER_AVX2 void few_rows_scores_avx2(const AttnRows& a, const float* qr, const int32_t* row_kv,
-                                      int64_t n_kv_max, float* st, int64_t sst) {
+MINFER_TARGET_AVX2 void few_rows_scores_avx2(const AttnRows& a, const float* qr,
+                                             const int32_t* row_kv, int64_t n_kv_max, float* st,
+                                             int64_t sst) {
     constexpr int NB = R <= 2   ? 4
                        : R <= 4 ? 2
                                 : 1;  // NB * R accumulators, NB keys: <= 13 registers
@@ -524,8 +525,9 @@ MINFER_AVX2 void few_rows_scores_avx2(const AttnRows& a, const float* qr, const 
 // The AVX-512 level's scores: a whole K block a step (2 vectors of 16
 // keys, 2R chains), the same FMA chain per (row, key).
 template <int R>
-MINFER_AVX512 void few_rows_scores_avx512(const AttnRows& a, const float* qr, const int32_t* row_kv,
-                                          int64_t n_kv_max, float* st, int64_t sst) {
+MINFER_TARGET_AVX512 void few_rows_scores_avx512(const AttnRows& a, const float* qr,
+                                                 const int32_t* row_kv, int64_t n_kv_max, float* st,
+                                                 int64_t sst) {
     constexpr int NB = 2;
     constexpr int64_t B = graph::kKBlockCells;
     static_assert(B == 16 * NB);
@@ -565,9 +567,10 @@ MINFER_AVX512 void few_rows_scores_avx512(const AttnRows& a, const float* qr, co
 // out_r[c0 * 16 ..] (+)= sum_j p_r[j] v_j over keys [j0, j1), NC 16-float
 // vectors of the head: per output the chain of few_rows_pv_block_avx2.
 template <int NC, int R>
-MINFER_AVX512 void few_rows_pv_block_avx512(const AttnRows& a, const float* p, int64_t sp,
-                                            const int64_t* e, const int64_t* en, int64_t n_next,
-                                            int64_t j0, int64_t j1, int c0, float* const* out) {
+MINFER_TARGET_AVX512 void few_rows_pv_block_avx512(const AttnRows& a, const float* p, int64_t sp,
+                                                   const int64_t* e, const int64_t* en,
+                                                   int64_t n_next, int64_t j0, int64_t j1, int c0,
+                                                   float* const* out) {
     const int64_t es = kv_elem_bytes(a);
     const char* vb = static_cast<const char*>(a.v);
     __m512 acc[R][NC];
@@ -589,12 +592,12 @@ MINFER_AVX512 void few_rows_pv_block_avx512(const AttnRows& a, const float* p, i
 
 // s[j] = exp(s[j] - mx) for j < n (n a multiple of 16), with the exp of
 // the level's many-rows kernel, so the values are bitwise the same.
-MINFER_AVX2 void exp_run_avx2(float* s, int64_t n, float mx) {
+MINFER_TARGET_AVX2 void exp_run_avx2(float* s, int64_t n, float mx) {
     const __m256 vm = _mm256_set1_ps(mx);
     for (int64_t j = 0; j < n; j += 8)
         _mm256_storeu_ps(s + j, simd::exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm)));
 }
-MINFER_AVX512 void exp_run_avx512(float* s, int64_t n, float mx) {
+MINFER_TARGET_AVX512 void exp_run_avx512(float* s, int64_t n, float mx) {
     const __m512 vm = _mm512_set1_ps(mx);
     for (int64_t j = 0; j < n; j += 16)
         _mm512_storeu_ps(s + j, simd::exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm)));
@@ -604,9 +607,9 @@ MINFER_AVX512 void exp_run_avx512(float* s, int64_t n, float mx) {
 // the head, the rows' accumulators in registers (reloaded from out after
 // the first key block: a float store and load change nothing).
 template <int NC, int R, bool F16>
-MINFER_AVX2 void few_rows_pv_block_avx2(const AttnRows& a, const float* p, int64_t sp,
-                                        const int64_t* e, const int64_t* en, int64_t n_next,
-                                        int64_t j0, int64_t j1, int c0, float* const* out) {
+MINFER_TARGET_AVX2 void few_rows_pv_block_avx2(const AttnRows& a, const float* p, int64_t sp,
+                                               const int64_t* e, const int64_t* en, int64_t n_next,
+                                               int64_t j0, int64_t j1, int c0, float* const* out) {
     constexpr int64_t es = F16 ? 2 : 4;
     const char* vb = static_cast<const char*>(a.v);
     __m256 acc[R][NC];
@@ -626,9 +629,9 @@ MINFER_AVX2 void few_rows_pv_block_avx2(const AttnRows& a, const float* p, int64
         for (int u = 0; u < NC; ++u) _mm256_storeu_ps(out[r] + 8 * (c0 + u), acc[r][u]);
 }
 template <int NC, int R>
-MINFER_AVX2 void few_rows_pv_block_avx2(const AttnRows& a, const float* p, int64_t sp,
-                                        const int64_t* e, const int64_t* en, int64_t n_next,
-                                        int64_t j0, int64_t j1, int c0, float* const* out) {
+MINFER_TARGET_AVX2 void few_rows_pv_block_avx2(const AttnRows& a, const float* p, int64_t sp,
+                                               const int64_t* e, const int64_t* en, int64_t n_next,
+                                               int64_t j0, int64_t j1, int c0, float* const* out) {
     if (a.f16)
         few_rows_pv_block_avx2<NC, R, true>(a, p, sp, e, en, n_next, j0, j1, c0, out);
     else
@@ -702,7 +705,7 @@ constexpr auto kFewRowsKernels = few_rows_table(std::make_integer_sequence<int, 
 // `wide`: the AVX-512 level (16-key scores, 16-float P V, its exp), else
 // AVX2. Both give the same bits but for the exp, which is the level's
 // many-rows kernel's.
-MINFER_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide) {
+MINFER_TARGET_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wide) {
     const int64_t hd = a.hd;
     const int rows = static_cast<int>(a.n_tokens * a.group);
     MINFER_ASSERT(rows >= 1 && rows <= kFewRows);

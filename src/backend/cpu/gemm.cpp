@@ -49,14 +49,11 @@ using gemm_layout::has_mins;
 using gemm_layout::rows_form;
 using gemm_layout::RowsForm;
 
-#define MINFER_VNNI \
-    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma,f16c")))
-
 // ---- unpackers: one weight row -> int8 values, scale per 16, min per 16 ----
 // Compiled for the GEMM's target so the byte loops vectorize; the Q5_0
 // one is written with intrinsics (its bit gather does not).
 
-MINFER_VNNI inline void unpack_q5_0_block(const block_q5_0& b, int8_t* v) {
+MINFER_TARGET_AVX512_VNNI inline void unpack_q5_0_block(const block_q5_0& b, int8_t* v) {
     const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
     __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
     q = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
@@ -68,10 +65,11 @@ MINFER_VNNI inline void unpack_q5_0_block(const block_q5_0& b, int8_t* v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(v), q);
 }
 
-#define MINFER_UNPACK_TARGET MINFER_VNNI
+#define MINFER_UNPACK_TARGET MINFER_TARGET_AVX512_VNNI
 #include "backend/cpu/gemm_unpack.h"
 
-MINFER_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v, float* s, float* m) {
+MINFER_TARGET_AVX512_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K, int8_t* v,
+                                          float* s, float* m) {
     if (t == DType::Q5_0) {  // the bit gather does not vectorize: intrinsics
         const auto* x = reinterpret_cast<const block_q5_0*>(row);
         for (int64_t b = 0; b < K / 32; ++b) {
@@ -117,7 +115,7 @@ Panel panel_at(void* p, int64_t K, int64_t G) {
 }
 
 // Transposes 16 x 16 32-bit elements in place (r[i] lane j <-> r[j] lane i).
-MINFER_VNNI inline void transpose16x16(__m512i r[16]) {
+MINFER_TARGET_AVX512_VNNI inline void transpose16x16(__m512i r[16]) {
     __m512 a[16], b[16];
     for (int i = 0; i < 16; ++i) a[i] = _mm512_castsi512_ps(r[i]);
     for (int i = 0; i < 16; i += 2) {  // pairs of rows interleaved by element
@@ -147,7 +145,7 @@ MINFER_VNNI inline void transpose16x16(__m512i r[16]) {
 // An interleaved w has each row taken out to `gguf_row` first.
 // Per group of a filled panel: -128 * the sum of its values (4 bytes per
 // lane summed by vpdpbusd against ones).
-MINFER_VNNI void fill_corrections(const Panel& p, int64_t K, int64_t G) {
+MINFER_TARGET_AVX512_VNNI void fill_corrections(const Panel& p, int64_t K, int64_t G) {
     const __m512i ones = _mm512_set1_epi8(1);
     for (int64_t g = 0; g < K / G; ++g) {
         __m512i sum = _mm512_setzero_si512();
@@ -162,7 +160,8 @@ MINFER_VNNI void fill_corrections(const Panel& p, int64_t K, int64_t G) {
 // group's quant vectors already hold one quad of every row per lane, so
 // each is only unpacked (as the decode kernels of quant_dot.cpp do), and
 // the scales come out 16 rows at a time. Fills v, s and o (not c).
-MINFER_VNNI void fill_panel_group(DType t, const uint8_t* group, int64_t K, const Panel& p) {
+MINFER_TARGET_AVX512_VNNI void fill_panel_group(DType t, const uint8_t* group, int64_t K,
+                                                const Panel& p) {
     if (t == DType::Q4_K) {
         const __m512i m4 = _mm512_set1_epi8(0xF);
         for (int64_t sb = 0; sb < K / QK_K; ++sb) {
@@ -213,12 +212,8 @@ MINFER_VNNI void fill_panel_group(DType t, const uint8_t* group, int64_t K, cons
 
 // The same for whole interleaved groups of Q8_0 (quants stored ^ 0x80) and
 // Q5_0 (5th bits picked per byte by vpshufbitqmb, as group_dot_q5_0).
-#define MINFER_VNNI_BITALG                                                       \
-    __attribute__((                                                              \
-        target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512bitalg,fma," \
-               "f16c")))
-MINFER_VNNI_BITALG void fill_panel_group32(DType t, const uint8_t* group, int64_t K,
-                                           const Panel& p) {
+MINFER_TARGET_AVX512_BITALG void fill_panel_group32(DType t, const uint8_t* group, int64_t K,
+                                                    const Panel& p) {
     for (int64_t b = 0; b < K / 32; ++b) {
         int8_t* v = p.v + b * 32 * 16;
         if (t == DType::Q8_0) {
@@ -247,9 +242,10 @@ bool has_bitalg() {
     return cpu_has_avx512_bitalg();
 }
 
-MINFER_VNNI void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t w_row_bytes,
-                            int64_t K, int64_t G, int64_t r0, int64_t r1, const Panel& p,
-                            const RowsForm& rows, uint8_t* gguf_row) {
+MINFER_TARGET_AVX512_VNNI void fill_panel(DType t, bool interleaved, const uint8_t* w,
+                                          size_t w_row_bytes, int64_t K, int64_t G, int64_t r0,
+                                          int64_t r1, const Panel& p, const RowsForm& rows,
+                                          uint8_t* gguf_row) {
     const int64_t ng = K / G, n = r1 - r0;
     if (interleaved && n == kInterleaveRows && r0 % kInterleaveRows == 0) {
         const uint8_t* group = w + static_cast<size_t>(r0) * w_row_bytes;
@@ -295,8 +291,8 @@ MINFER_VNNI void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t 
 // starts at its panel's correction and takes G/4 vpdpbusd of an activation
 // quad broadcast to every lane against one weight quad per row.
 template <int R, int T, int G>
-MINFER_VNNI inline void group_sums(const Panel* p, int64_t g, const uint8_t* const* av,
-                                   __m512i isum[R][T]) {
+MINFER_TARGET_AVX512_VNNI inline void group_sums(const Panel* p, int64_t g,
+                                                 const uint8_t* const* av, __m512i isum[R][T]) {
     for (int i = 0; i < R; ++i) {
         const __m512i c = _mm512_loadu_si512(p[i].c + 16 * g);
         for (int j = 0; j < T; ++j) isum[i][j] = c;
@@ -321,8 +317,9 @@ MINFER_VNNI inline void group_sums(const Panel* p, int64_t g, const uint8_t* con
 // here for 16 rows at once). An activation row in the GEMM form is q ^ 0x80
 // [K], its scale per 16 [K/16], and (Q8_K) the sum of q per 32 [K/32].
 template <int R, int T>
-MINFER_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act_stride, int64_t t,
-                       float* out, int64_t out_stride, __mmask16 last_lanes) {
+MINFER_TARGET_AVX512_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act,
+                                     size_t act_stride, int64_t t, float* out, int64_t out_stride,
+                                     __mmask16 last_lanes) {
     const uint8_t* av[T];
     const float* ad[T];
     for (int j = 0; j < T; ++j) {
@@ -359,8 +356,9 @@ MINFER_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act, size_t act
 // and is added into out — a multiply fewer per group than micro, and the
 // running sums live in out, so two register sets suffice.
 template <int R, int T, int G, bool kMins>
-MINFER_VNNI void micro_k(const Panel* p, int64_t K, const uint8_t* act, size_t act_stride,
-                         int64_t t, float* out, int64_t out_stride, __mmask16 last_lanes) {
+MINFER_TARGET_AVX512_VNNI void micro_k(const Panel* p, int64_t K, const uint8_t* act,
+                                       size_t act_stride, int64_t t, float* out, int64_t out_stride,
+                                       __mmask16 last_lanes) {
     const uint8_t* av[T];
     const float* ad[T];
     for (int j = 0; j < T; ++j) {

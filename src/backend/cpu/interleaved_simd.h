@@ -11,11 +11,8 @@
 
 namespace minfer::cpu::interleaved {
 
-#define MINFER_IL_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
-#define MINFER_IL_BITALG __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bitalg")))
-
 // The 16 rows' f16 scales stored side by side at p (d, dmin), as floats.
-MINFER_IL_AVX512 inline __m512 halves16(const uint8_t* p) {
+MINFER_TARGET_AVX512 inline __m512 halves16(const uint8_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
@@ -24,7 +21,8 @@ MINFER_IL_AVX512 inline __m512 halves16(const uint8_t* p) {
 // hi = elements 16+4i.. (high nibbles), both as unsigned q5 in 0..31: the
 // 5th bit of byte k comes from bit 4i + k (16 + 4i + k) of its lane's qh,
 // picked by vpshufbitqmb (a qword holds two lanes, hence the +32).
-MINFER_IL_BITALG inline void q5_0_quads(__m512i q, __m512i qh, int i, __m512i& lo, __m512i& hi) {
+MINFER_TARGET_AVX512_BITALG inline void q5_0_quads(__m512i q, __m512i qh, int i, __m512i& lo,
+                                                   __m512i& hi) {
     uint64_t sel_lo = 0, sel_hi = 0;
     for (int k = 0; k < 4; ++k) {
         sel_lo |= uint64_t(4 * i + k) << (8 * k) | uint64_t(32 + 4 * i + k) << (8 * k + 32);
@@ -44,7 +42,8 @@ MINFER_IL_BITALG inline void q5_0_quads(__m512i q, __m512i qh, int i, __m512i& l
 // The 6-bit scales and mins of a Q4_K super-block of 16 rows from its 3
 // scale dwords (blk + 64, + 128, + 192), as q4k_scales_mins does per row:
 // sc[0] bytes = scales 0-3, sc[1] = scales 4-7, mn[] the same for the mins.
-MINFER_IL_AVX512 inline void q4_K_scales_mins(const uint8_t* blk, __m512i sc[2], __m512i mn[2]) {
+MINFER_TARGET_AVX512 inline void q4_K_scales_mins(const uint8_t* blk, __m512i sc[2],
+                                                  __m512i mn[2]) {
     const __m512i m4 = _mm512_set1_epi8(0xF), low6 = _mm512_set1_epi8(0x3F),
                   top2 = _mm512_set1_epi8(0x03);
     const __m512i u0 = _mm512_loadu_si512(blk + 64), u1 = _mm512_loadu_si512(blk + 128),
@@ -58,18 +57,18 @@ MINFER_IL_AVX512 inline void q4_K_scales_mins(const uint8_t* blk, __m512i sc[2],
 }
 
 // Byte j % 4 of v[j / 4] in each lane, as int32 (a Q4_K scale or min).
-MINFER_IL_AVX512 inline __m512i byte_of(const __m512i v[2], int j) {
+MINFER_TARGET_AVX512 inline __m512i byte_of(const __m512i v[2], int j) {
     return _mm512_and_si512(_mm512_srli_epi32(v[j / 4], 8 * (j % 4)), _mm512_set1_epi32(0xFF));
 }
 
 // Q6_K half h, quad k of 16 rows from the three vectors at u3 (ql dwords
 // 16h + k and 16h + 8 + k, qh dword 8h + k): q[u] = the quad of elements
 // 128h + 32u + 4k, unsigned 6-bit (0..63).
-MINFER_IL_AVX512 inline __m512i q6_K_high(__m512i hb, int shift) {  // 2 bits, moved to bits 4-5
+MINFER_TARGET_AVX512 inline __m512i q6_K_high(__m512i hb, int shift) {  // 2 bits, moved to bits 4-5
     return _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, shift), _mm512_set1_epi8(3)),
                              4);
 }
-MINFER_IL_AVX512 inline void q6_K_quads(const uint8_t* u3, __m512i q[4]) {
+MINFER_TARGET_AVX512 inline void q6_K_quads(const uint8_t* u3, __m512i q[4]) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
     const __m512i la = _mm512_loadu_si512(u3), lb = _mm512_loadu_si512(u3 + 64),
                   hb = _mm512_loadu_si512(u3 + 128);
@@ -81,7 +80,7 @@ MINFER_IL_AVX512 inline void q6_K_quads(const uint8_t* u3, __m512i q[4]) {
 
 // The int8 scale of Q6_K group g (0..15) of 16 rows, sign-extended to int32
 // (the 4 scale vectors at sc hold scales 4i..4i+3 of each row).
-MINFER_IL_AVX512 inline __m512i q6_K_scale(const uint8_t* sc, int g) {
+MINFER_TARGET_AVX512 inline __m512i q6_K_scale(const uint8_t* sc, int g) {
     return _mm512_srai_epi32(
         _mm512_slli_epi32(_mm512_loadu_si512(sc + 64 * (g / 4)), 24 - 8 * (g % 4)), 24);
 }

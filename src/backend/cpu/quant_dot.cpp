@@ -19,13 +19,6 @@
 // the kernel level (at_level), so MINFER_CPU caps them as it caps the
 // hand-written kernels and the tests run every variant on a host that has
 // them.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define MINFER_TARGET_V4 __attribute__((target("arch=x86-64-v4")))
-#define MINFER_TARGET_V3 __attribute__((target("arch=x86-64-v3")))
-#else
-#define MINFER_TARGET_V4
-#define MINFER_TARGET_V3
-#endif
 // name_body (always inlined) into name_v4, name_v3 and name.
 #define MINFER_LEVEL_VARIANTS(ret, name, params, args) \
     MINFER_TARGET_V4 ret name##_v4 params {            \
@@ -252,8 +245,7 @@ MINFER_LEVEL_VARIANTS(float, dot_q8_0, (int64_t n, const void* vw, const void* v
 // Q8_0 x Q8_0 with AVX2 (ggml's x86 path): |x| (unsigned) times y with x's
 // sign, pairwise to int16 (<= 2*128*127, no overflow), then to int32 lanes;
 // per block d_x*d_y times the 8 exact partial sums, accumulated by FMA.
-__attribute__((target("avx2,fma,f16c"))) inline __m256 q8_0_block_avx2(const block_q8_0& x,
-                                                                       const block_q8_0& y) {
+MINFER_TARGET_AVX2 inline __m256 q8_0_block_avx2(const block_q8_0& x, const block_q8_0& y) {
     const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
     const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
     const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
@@ -261,8 +253,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 q8_0_block_avx2(const blo
     return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * _cvtsh_ss(y.d)), p);
 }
 
-__attribute__((target("avx2,fma,f16c"))) float dot_q8_0_avx2(int64_t n, const void* vw,
-                                                             const void* va) {
+MINFER_TARGET_AVX2 float dot_q8_0_avx2(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q8_0*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -280,9 +271,7 @@ __attribute__((target("avx2,fma,f16c"))) float dot_q8_0_avx2(int64_t n, const vo
     return _mm_cvtss_f32(r);
 }
 
-#define MINFER_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-MINFER_AVX2 inline float hsum_avx2(__m256 v) {
+MINFER_TARGET_AVX2 inline float hsum_avx2(__m256 v) {
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     r = _mm_add_ss(r, _mm_movehdup_ps(r));
@@ -291,7 +280,7 @@ MINFER_AVX2 inline float hsum_avx2(__m256 v) {
 
 // Two int16 scales, one per 128-bit half (a 32-element group that spans two
 // 16-element sub-blocks: the low half of maddubs' lanes covers elements 0-15).
-MINFER_AVX2 inline __m256i scales2_avx2(int a, int b) {
+MINFER_TARGET_AVX2 inline __m256i scales2_avx2(int a, int b) {
     return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<int16_t>(a))),
                                    _mm_set1_epi16(static_cast<int16_t>(b)), 1);
 }
@@ -313,7 +302,7 @@ MINFER_INLINE void q4k_scales_mins(const uint8_t* packed, uint8_t* out16) {
 // Q4_K x Q8_K: nibbles (unsigned) times q8 by maddubs, times the group's
 // 6-bit scale by madd -> exact int32 lanes; the mins through the bsums as in
 // the generic code. Integer results equal the generic ones exactly.
-MINFER_AVX2 float dot_q4_K_avx2(int64_t n, const void* vw, const void* va) {
+MINFER_TARGET_AVX2 float dot_q4_K_avx2(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q4_K*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -363,7 +352,7 @@ MINFER_AVX2 float dot_q4_K_avx2(int64_t n, const void* vw, const void* va) {
 // Q6_K x Q8_K: the 6-bit values as unsigned 0..63 (maddubs) times the int8
 // sub-block scales by madd, minus 32 * q8 once per super-block (its bsums
 // times the scales).
-MINFER_AVX2 float dot_q6_K_avx2(int64_t n, const void* vw, const void* va) {
+MINFER_TARGET_AVX2 float dot_q6_K_avx2(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q6_K*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -418,7 +407,7 @@ MINFER_AVX2 float dot_q6_K_avx2(int64_t n, const void* vw, const void* va) {
 // Q5_0 x Q8_0 with AVX2 (ggml's x86 path): nibbles to 32 bytes, the 5th
 // bits to a byte mask; a clear 5th bit ORs 0xF0 in, which makes the byte
 // (q - 16) as int8 directly. Then |x| * sign(y, x) by maddubs as for Q8_0.
-MINFER_AVX2 inline __m256i q5_0_bytes_avx2(const block_q5_0& b) {
+MINFER_TARGET_AVX2 inline __m256i q5_0_bytes_avx2(const block_q5_0& b) {
     const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
     __m256i q = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
     q = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
@@ -432,7 +421,7 @@ MINFER_AVX2 inline __m256i q5_0_bytes_avx2(const block_q5_0& b) {
     return _mm256_or_si256(q, _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0))));
 }
 
-MINFER_AVX2 float dot_q5_0_avx2(int64_t n, const void* vw, const void* va) {
+MINFER_TARGET_AVX2 float dot_q5_0_avx2(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q5_0*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
     __m256 acc = _mm256_setzero_ps();
@@ -447,12 +436,10 @@ MINFER_AVX2 float dot_q5_0_avx2(int64_t n, const void* vw, const void* va) {
     return hsum_avx2(acc);
 }
 
-#define MINFER_VNNI256 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-
 // Q5_0 x Q8_0 with AVX-512 VNNI on 256-bit vectors: the 5th bits are a mask
 // register (bit i = element i), so (q | 16 where set) - 16 is two masked
 // byte ops; |v| * sign(y, v) by one vpdpbusd into exact int32 lanes.
-MINFER_VNNI256 inline __m256 q5_0_block_vnni(const block_q5_0& x, const block_q8_0& y) {
+MINFER_TARGET_AVX512_VNNI inline __m256 q5_0_block_vnni(const block_q5_0& x, const block_q8_0& y) {
     const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs));
     __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
     q = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
@@ -472,10 +459,8 @@ MINFER_VNNI256 inline __m256 q5_0_block_vnni(const block_q5_0& x, const block_q8
 // one 64-bit mask in that order. Unsigned q5 = q | 16 times signed y by
 // vpdpbusd, minus 16 * (sum of y) by a second vpdpbusd: exact int32 lanes;
 // lanes 0-3 and 8-11 belong to block 0, 4-7 and 12-15 to block 1.
-#define MINFER_VNNI512 \
-    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
-MINFER_VNNI512 inline __m512 q5_0_pair_vnni(const block_q5_0& x0, const block_q5_0& x1,
-                                            const block_q8_0& y0, const block_q8_0& y1) {
+MINFER_TARGET_AVX512_VNNI inline __m512 q5_0_pair_vnni(const block_q5_0& x0, const block_q5_0& x1,
+                                                       const block_q8_0& y0, const block_q8_0& y1) {
     const __m256i t = _mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x0.qs))),
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(x1.qs)), 1);
@@ -499,7 +484,7 @@ MINFER_VNNI512 inline __m512 q5_0_pair_vnni(const block_q5_0& x0, const block_q5
     return _mm512_mul_ps(sc, _mm512_cvtepi32_ps(p));
 }
 
-MINFER_VNNI512 float dot_q5_0_vnni512(int64_t n, const void* vw, const void* va) {
+MINFER_TARGET_AVX512_VNNI float dot_q5_0_vnni512(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q5_0*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
@@ -520,7 +505,7 @@ MINFER_VNNI512 float dot_q5_0_vnni512(int64_t n, const void* vw, const void* va)
 // high 32] = two sub-blocks in q8 order, maddubs to int16 pairs, then
 // vpdpwssd by the sub-blocks' scales (permuted into the int16 lanes) into
 // int32 lanes; the mins through a madd with the bsums.
-MINFER_VNNI512 float dot_q4_K_vnni512(int64_t n, const void* vw, const void* va) {
+MINFER_TARGET_AVX512_VNNI float dot_q4_K_vnni512(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q4_K*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     const __m512i m4 = _mm512_set1_epi8(0xF);
@@ -567,7 +552,7 @@ MINFER_VNNI512 float dot_q4_K_vnni512(int64_t n, const void* vw, const void* va)
 // as two 64-byte vectors in q8 order ([q0 | q1], [q2 | q3] of the AVX2
 // path), maddubs(q, y) - maddubs(32, y) = (q - 32) * y in int16 pairs, then
 // vpdpwssd by the 16-element groups' int8 scales (8 int16 lanes each).
-MINFER_VNNI512 float dot_q6_K_vnni512(int64_t n, const void* vw, const void* va) {
+MINFER_TARGET_AVX512_VNNI float dot_q6_K_vnni512(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q6_K*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     const __m512i m4 = _mm512_set1_epi8(0xF);
@@ -615,7 +600,7 @@ MINFER_VNNI512 float dot_q6_K_vnni512(int64_t n, const void* vw, const void* va)
 
 // Sum of the 32 int8 values of an activation block (sad of a ^ 0x80 sums
 // a + 128 per 8 bytes).
-MINFER_VNNI512 inline int32_t sum_q8_32(const int8_t* qs) {
+MINFER_TARGET_AVX512_VNNI inline int32_t sum_q8_32(const int8_t* qs) {
     const __m256i ya = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
     const __m256i sad =
         _mm256_sad_epu8(_mm256_xor_si256(ya, _mm256_set1_epi8(char(0x80))), _mm256_setzero_si256());
@@ -633,11 +618,8 @@ MINFER_VNNI512 inline int32_t sum_q8_32(const int8_t* qs) {
 // times d_a added by one FMA: per row the float steps of the AVX-512 GEMM
 // (gemm.cpp's micro), so a token's outputs are bitwise the same alone and
 // in a batch.
-#define MINFER_VNNI512_BITALG                                                 \
-    __attribute__((                                                           \
-        target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni," \
-               "avx512bitalg")))
-MINFER_VNNI512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void* va, float* out) {
+MINFER_TARGET_AVX512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void* va,
+                                                float* out) {
     const auto* blk = static_cast<const uint8_t*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
     __m512 acc = _mm512_setzero_ps();
@@ -675,8 +657,8 @@ MINFER_VNNI512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void*
 // waits on the instruction's latency); each token's steps are those of
 // NT = 1 in the same order, so its outputs are bitwise the same.
 template <int NT>
-MINFER_VNNI512 void group_dot_q4_K_nt(int64_t n, const void* vw, const uint8_t* va, size_t a_stride,
-                                      float* out, int64_t out_stride) {
+MINFER_TARGET_AVX512_VNNI void group_dot_q4_K_nt(int64_t n, const void* vw, const uint8_t* va,
+                                                 size_t a_stride, float* out, int64_t out_stride) {
     const auto* blk = static_cast<const uint8_t*>(vw);
     const block_q8_K* y[NT];
     for (int t = 0; t < NT; ++t) y[t] = reinterpret_cast<const block_q8_K*>(va + t * a_stride);
@@ -726,7 +708,8 @@ MINFER_VNNI512 void group_dot_q4_K_nt(int64_t n, const void* vw, const uint8_t* 
     for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * out_stride, acc[t]);
 }
 
-MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, float* out) {
+MINFER_TARGET_AVX512_VNNI void group_dot_q4_K(int64_t n, const void* vw, const void* va,
+                                              float* out) {
     group_dot_q4_K_nt<1>(n, vw, static_cast<const uint8_t*>(va), 0, out, 0);
 }
 
@@ -735,8 +718,8 @@ MINFER_VNNI512 void group_dot_q4_K(int64_t n, const void* vw, const void* va, fl
 // unsigned for vpdpbusd); the sums start at -128 * sum(a), so they end
 // exact: sum of q * a per row. NT tokens at once, as group_dot_q4_K_nt.
 template <int NT>
-MINFER_VNNI512 void group_dot_q8_0_nt(int64_t n, const void* vw, const uint8_t* va, size_t a_stride,
-                                      float* out, int64_t out_stride) {
+MINFER_TARGET_AVX512_VNNI void group_dot_q8_0_nt(int64_t n, const void* vw, const uint8_t* va,
+                                                 size_t a_stride, float* out, int64_t out_stride) {
     const auto* blk = static_cast<const uint8_t*>(vw);
     const block_q8_0* y[NT];
     for (int t = 0; t < NT; ++t) y[t] = reinterpret_cast<const block_q8_0*>(va + t * a_stride);
@@ -761,7 +744,8 @@ MINFER_VNNI512 void group_dot_q8_0_nt(int64_t n, const void* vw, const uint8_t* 
     for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * out_stride, acc[t]);
 }
 
-MINFER_VNNI512 void group_dot_q8_0(int64_t n, const void* vw, const void* va, float* out) {
+MINFER_TARGET_AVX512_VNNI void group_dot_q8_0(int64_t n, const void* vw, const void* va,
+                                              float* out) {
     group_dot_q8_0_nt<1>(n, vw, static_cast<const uint8_t*>(va), 0, out, 0);
 }
 
@@ -802,7 +786,8 @@ struct Q4_KGroup {
 // -32 * bsum (so (q - 32) * a exactly); then, group by group in order, the
 // AVX-512 GEMM's float steps (micro_k): cvt(sum) times d * scale into a
 // block sum, which takes the activation scale once (bitwise the GEMM).
-MINFER_VNNI512 void group_dot_q6_K(int64_t n, const void* vw, const void* va, float* out) {
+MINFER_TARGET_AVX512_VNNI void group_dot_q6_K(int64_t n, const void* vw, const void* va,
+                                              float* out) {
     const auto* blk = static_cast<const uint8_t*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     __m512 acc = _mm512_setzero_ps();
@@ -838,7 +823,7 @@ MINFER_VNNI512 void group_dot_q6_K(int64_t n, const void* vw, const void* va, fl
 }
 
 // Q8_0 x Q8_0 the same way (vpdpbusd for maddubs + madd).
-MINFER_VNNI256 inline __m256 q8_0_block_vnni(const block_q8_0& x, const block_q8_0& y) {
+MINFER_TARGET_AVX512_VNNI inline __m256 q8_0_block_vnni(const block_q8_0& x, const block_q8_0& y) {
     const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
     const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs));
     const __m256i p =
@@ -846,7 +831,7 @@ MINFER_VNNI256 inline __m256 q8_0_block_vnni(const block_q8_0& x, const block_q8
     return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x.d) * _cvtsh_ss(y.d)), _mm256_cvtepi32_ps(p));
 }
 
-MINFER_VNNI256 float dot_q8_0_vnni(int64_t n, const void* vw, const void* va) {
+MINFER_TARGET_AVX512_VNNI float dot_q8_0_vnni(int64_t n, const void* vw, const void* va) {
     const auto* x = static_cast<const block_q8_0*>(vw);
     const auto* y = static_cast<const block_q8_0*>(va);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();

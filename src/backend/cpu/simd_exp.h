@@ -4,14 +4,12 @@
 
 #include "backend/cpu/x86/intrinsics.h"
 
-#define MINFER_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
-
 namespace minfer::cpu::simd {
 
 // exp(x) for x <= 88 (softmax and silu arguments): x = n ln2 + r, |r| <= ln2 / 2, exp(r) by its
 // degree-6 Taylor polynomial (truncation <= 1.3e-7 relative, about one ulp), times 2^n by scalef
 // (which also underflows to 0 for very negative x).
-MINFER_AVX512 inline __m512 exp_ps(__m512 x) {
+MINFER_TARGET_AVX512 inline __m512 exp_ps(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -31,7 +29,7 @@ MINFER_AVX512 inline __m512 exp_ps(__m512 x) {
 // in the exponent bits (AVX2 has no scalef), so x is clamped to [-87, 88]
 // where 2^n stays a normal float; below -87 (masked keys are -inf) the result
 // is exactly 0. Shared by the attention softmax and silu.
-__attribute__((target("avx2,fma"))) inline __m256 exp8_ps(__m256 x) {
+MINFER_TARGET_AVX2 inline __m256 exp8_ps(__m256 x) {
     const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
     x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),

@@ -27,7 +27,7 @@ bool has_avx512() {
     return isa_at_least(IsaLevel::Avx512);
 }
 
-MINFER_AVX512 void swiglu_avx512(const float* a, const float* b, float* y, int64_t n) {
+MINFER_TARGET_AVX512 void swiglu_avx512(const float* a, const float* b, float* y, int64_t n) {
     int64_t i = 0;
     const __m512 one = _mm512_set1_ps(1.0f);
     for (; i + 16 <= n; i += 16) {
@@ -40,7 +40,7 @@ MINFER_AVX512 void swiglu_avx512(const float* a, const float* b, float* y, int64
     swiglu_scalar(a, b, y, i, n);
 }
 
-MINFER_AVX512 double sum_squares_avx512(const float* x, int64_t n) {
+MINFER_TARGET_AVX512 double sum_squares_avx512(const float* x, int64_t n) {
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -55,9 +55,8 @@ MINFER_AVX512 double sum_squares_avx512(const float* x, int64_t n) {
 }
 
 // The AVX2 level: the same arithmetic on 8 lanes.
-#define MINFER_AVX2_VEC __attribute__((target("avx2,fma")))
 
-MINFER_AVX2_VEC void swiglu_avx2(const float* a, const float* b, float* y, int64_t n) {
+MINFER_TARGET_AVX2 void swiglu_avx2(const float* a, const float* b, float* y, int64_t n) {
     int64_t i = 0;
     const __m256 one = _mm256_set1_ps(1.0f);
     for (; i + 8 <= n; i += 8) {
@@ -70,7 +69,7 @@ MINFER_AVX2_VEC void swiglu_avx2(const float* a, const float* b, float* y, int64
     swiglu_scalar(a, b, y, i, n);
 }
 
-MINFER_AVX2_VEC double sum_squares_avx2(const float* x, int64_t n) {
+MINFER_TARGET_AVX2 double sum_squares_avx2(const float* x, int64_t n) {
     __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {

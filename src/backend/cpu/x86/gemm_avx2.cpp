@@ -72,14 +72,13 @@ constexpr int quads_per_widen(DType t) {
 }
 
 #ifdef MINFER_GEMM_AVX2
-#define MINFER_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-#define MINFER_UNPACK_TARGET MINFER_AVX2_TARGET
+#define MINFER_UNPACK_TARGET MINFER_TARGET_AVX2
 #include "backend/cpu/gemm_unpack.h"
 
 // Rows [r0, r1) (at most 8) of w into a panel; lanes past r1 - r0 are zero.
 // An interleaved w (the AVX-512 layout, when the cap was lowered after
 // loading) has each row taken out to gguf_row first.
-MINFER_AVX2_TARGET void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t w_row_bytes,
+MINFER_TARGET_AVX2 void fill_panel(DType t, bool interleaved, const uint8_t* w, size_t w_row_bytes,
                                    int64_t K, int64_t G, int64_t r0, int64_t r1, const Panel& p,
                                    const RowsForm& rows, uint8_t* gguf_row) {
     const int64_t n = r1 - r0;
@@ -105,7 +104,7 @@ MINFER_AVX2_TARGET void fill_panel(DType t, bool interleaved, const uint8_t* w, 
 }
 
 // Stores 8 floats, or the first `lanes` of them.
-MINFER_AVX2_TARGET inline void store_lanes(float* o, __m256 v, int lanes) {
+MINFER_TARGET_AVX2 inline void store_lanes(float* o, __m256 v, int lanes) {
     if (lanes == 8) {
         _mm256_storeu_ps(o, v);
         return;
@@ -122,13 +121,13 @@ MINFER_AVX2_TARGET inline void store_lanes(float* o, __m256 v, int lanes) {
 // Panels that fill_panel wrote (every type, every layout).
 struct PanelSource {
     const Panel* p;
-    MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
+    MINFER_TARGET_AVX2 __m256i quad(int i, int64_t k) const {
         return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p[i].v + k * 32));
     }
-    MINFER_AVX2_TARGET __m256 scale(int i, int64_t g) const {
+    MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
         return _mm256_loadu_ps(p[i].s + 8 * g);
     }
-    MINFER_AVX2_TARGET __m256 mins(int i, int64_t g) const {
+    MINFER_TARGET_AVX2 __m256 mins(int i, int64_t g) const {
         return _mm256_loadu_ps(p[i].o + 8 * g);
     }
 };
@@ -158,17 +157,17 @@ Src from_panel(Src s, int i) {
 }
 
 // The 32-bit lanes of v shifted right by n (a run-time count).
-MINFER_AVX2_TARGET inline __m256i srl32(__m256i v, int n) {
+MINFER_TARGET_AVX2 inline __m256i srl32(__m256i v, int n) {
     return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n));
 }
-MINFER_AVX2_TARGET inline __m256i load32(const uint8_t* p) {
+MINFER_TARGET_AVX2 inline __m256i load32(const uint8_t* p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
 // Q6_K's quad u (0..3) of a (half, quad) triple, unsigned (0..63): the
 // low (u < 2) or high nibbles of ql (the first ql dword for even u, the
 // second for odd), with qh bits 2u, 2u + 1 on top.
-MINFER_AVX2_TARGET inline __m256i q6_K_quad(__m256i ql, __m256i qh, int u) {
+MINFER_TARGET_AVX2 inline __m256i q6_K_quad(__m256i ql, __m256i qh, int u) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i lo =
         u < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
@@ -182,17 +181,17 @@ MINFER_AVX2_TARGET inline __m256i q6_K_quad(__m256i ql, __m256i qh, int u) {
 // Nothing is unpacked per call: at a few tokens (decode of many sequences)
 // the unpacking cost as much as the products.
 struct Q8_0GroupSource : GroupBase<16 * sizeof(block_q8_0)> {
-    MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
+    MINFER_TARGET_AVX2 __m256i quad(int i, int64_t k) const {
         // after the 16 scales (32 bytes), quad k % 8: 16 rows x 4 bytes
         const uint8_t* q = block(i, k / 8) + 32 + 64 * (k % 8) + 32 * half(i);
         return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)),
                                 _mm256_set1_epi8(static_cast<char>(0x80)));
     }
-    MINFER_AVX2_TARGET __m256 scale(int i, int64_t g) const {
+    MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
         const uint8_t* d = block(i, g) + 16 * half(i);
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d)));
     }
-    MINFER_AVX2_TARGET __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
+    MINFER_TARGET_AVX2 __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
 };
 
 // The K-quants' values need unpacking, so the GEMM writes them into panels
@@ -204,7 +203,7 @@ struct Q8_0GroupSource : GroupBase<16 * sizeof(block_q8_0)> {
 // 64c + 32 + 4q.. (group 2c + 1) in its high. Values 0..15 (the mins kept
 // apart), scales d * sc and mins -dmin * m as gemm_unpack.h has them.
 struct Q4_KGroupSource : GroupBase<16 * sizeof(block_q4_K)> {
-    MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
+    MINFER_TARGET_AVX2 __m256i quad(int i, int64_t k) const {
         const int64_t sb = k / 64, j = k % 64 / 8, q = k % 8;  // super-block, group, quad
         const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
             block(i, sb) + 256 + 64 * (8 * (j / 2) + q) + 32 * half(i)));
@@ -213,7 +212,7 @@ struct Q4_KGroupSource : GroupBase<16 * sizeof(block_q4_K)> {
     }
     // The 6-bit scale (or min) of group j of super-block sb in each lane,
     // as q4k_scales_mins unpacks it from the 12 bytes of a row.
-    MINFER_AVX2_TARGET __m256i six_bits(int i, int64_t sb, int j, bool min) const {
+    MINFER_TARGET_AVX2 __m256i six_bits(int i, int64_t sb, int j, bool min) const {
         const uint8_t* u = block(i, sb) + 64 + 32 * half(i);  // unit n at u + 64 n
         const __m256i ff = _mm256_set1_epi32(0xFF);
         if (j < 4)
@@ -226,15 +225,15 @@ struct Q4_KGroupSource : GroupBase<16 * sizeof(block_q4_K)> {
             min ? _mm256_srli_epi32(lo, 4) : _mm256_and_si256(lo, _mm256_set1_epi32(0xF)),
             _mm256_slli_epi32(top, 4));
     }
-    MINFER_AVX2_TARGET __m256 halves(int i, int64_t sb, int at) const {
+    MINFER_TARGET_AVX2 __m256 halves(int i, int64_t sb, int at) const {
         return _mm256_cvtph_ps(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(block(i, sb) + at + 16 * half(i))));
     }
-    MINFER_AVX2_TARGET __m256 scale(int i, int64_t g) const {
+    MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
         return _mm256_mul_ps(halves(i, g / 8, 0), _mm256_cvtepi32_ps(six_bits(
                                                       i, g / 8, static_cast<int>(g % 8), false)));
     }
-    MINFER_AVX2_TARGET __m256 mins(int i, int64_t g) const {
+    MINFER_TARGET_AVX2 __m256 mins(int i, int64_t g) const {
         const __m256 neg_dmin = _mm256_xor_ps(halves(i, g / 8, 32), _mm256_set1_ps(-0.0f));
         return _mm256_mul_ps(neg_dmin,
                              _mm256_cvtepi32_ps(six_bits(i, g / 8, static_cast<int>(g % 8), true)));
@@ -248,7 +247,7 @@ struct Q4_KGroupSource : GroupBase<16 * sizeof(block_q4_K)> {
 // 2u, 2u + 1 on top); then the int8 scales as 4 dword units, then the 16 d.
 // Values q - 32 (signed), scales d * sc, no mins.
 struct Q6_KGroupSource : GroupBase<16 * sizeof(block_q6_K)> {
-    MINFER_AVX2_TARGET __m256i quad(int i, int64_t k) const {
+    MINFER_TARGET_AVX2 __m256i quad(int i, int64_t k) const {
         const int64_t sb = k / 64, r = 4 * (k % 64);  // element r of super-block sb
         const int64_t h = r / 128, u = r % 128 / 32, kk = r % 32 / 4;
         const uint8_t* u3 = block(i, sb) + 192 * (8 * h + kk) + 32 * half(i);
@@ -256,7 +255,7 @@ struct Q6_KGroupSource : GroupBase<16 * sizeof(block_q6_K)> {
             q6_K_quad(load32(u3 + 64 * (u % 2)), load32(u3 + 128), static_cast<int>(u)),
             _mm256_set1_epi8(32));
     }
-    MINFER_AVX2_TARGET __m256 scale(int i, int64_t g) const {
+    MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
         const int64_t sb = g / 16, j = g % 16;
         const __m256i u = _mm256_loadu_si256(
             reinterpret_cast<const __m256i*>(block(i, sb) + 3072 + 64 * (j / 4) + 32 * half(i)));
@@ -266,13 +265,13 @@ struct Q6_KGroupSource : GroupBase<16 * sizeof(block_q6_K)> {
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(block(i, sb) + 3328 + 16 * half(i))));
         return _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
     }
-    MINFER_AVX2_TARGET __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
+    MINFER_TARGET_AVX2 __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
 };
 
 // Panel i of a source written out as fill_panel writes it (v, s, and o
 // with mins): the same values, so the micro-kernels' outputs are the same.
 template <class Src>
-MINFER_AVX2_TARGET void fill_from(const Src& src, int i, int64_t K, int64_t G, bool mins,
+MINFER_TARGET_AVX2 void fill_from(const Src& src, int i, int64_t K, int64_t G, bool mins,
                                   const Panel& p) {
     for (int64_t k = 0; k < K / 4; ++k)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.v + 32 * k), src.quad(i, k));
@@ -281,14 +280,14 @@ MINFER_AVX2_TARGET void fill_from(const Src& src, int i, int64_t K, int64_t G, b
         for (int64_t g = 0; g < K / 32; ++g) _mm256_storeu_ps(p.o + 8 * g, src.mins(i, g));
 }
 
-#define MINFER_MICRO_TARGET MINFER_AVX2_TARGET
+#define MINFER_MICRO_TARGET MINFER_TARGET_AVX2
 #define MINFER_MICRO_VNNI 0
 namespace plain {
 #include "backend/cpu/x86/gemm_avx2_micro.inc"
 }  // namespace plain
 #undef MINFER_MICRO_TARGET
 #undef MINFER_MICRO_VNNI
-#define MINFER_MICRO_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define MINFER_MICRO_TARGET MINFER_TARGET_AVX2_VNNI
 #define MINFER_MICRO_VNNI 1
 namespace vnni {
 #include "backend/cpu/x86/gemm_avx2_micro.inc"
@@ -370,7 +369,7 @@ namespace {
 // kernel). Per 16-element group the exact sum of (q - 32) * a
 // (unsigned q against signed a, less 32 * the group's activation sum), then
 // micro_k's float steps in group order: bitwise the GEMM's.
-MINFER_AVX2_TARGET void group_dot_q6_K(int64_t n, const void* group, const void* va, float* out) {
+MINFER_TARGET_AVX2 void group_dot_q6_K(int64_t n, const void* group, const void* va, float* out) {
     const auto* y = static_cast<const block_q8_K*>(va);
     const Q6_KGroupSource src{{static_cast<const uint8_t*>(group), 0}};
     const __m256i ones = _mm256_set1_epi16(1);

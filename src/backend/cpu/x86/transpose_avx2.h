@@ -10,7 +10,7 @@
 namespace minfer::cpu::simd {
 
 // r[i] lane j <-> r[j] lane i.
-__attribute__((target("avx2"))) inline void transpose8x8(__m256i r[8]) {
+MINFER_TARGET_AVX2 inline void transpose8x8(__m256i r[8]) {
     __m256i t[8], u[8];
     for (int i = 0; i < 8; i += 2) {
         t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
