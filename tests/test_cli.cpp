@@ -392,7 +392,7 @@ TEST(Cli, JsonSchemaConstrainsTheOutput) {
         run_cli("-p 'And God said' -n 120 --temp 0 --no-display-prompt -jf " + schema.path).out);
     TempText gbnf("yes.gbnf", "root ::= answer \".\"\nanswer ::= \"yes\" | \"no\"\n");
     for (const std::string& flag : {"--grammar-file " + gbnf.path,
-                                   std::string("--grammar 'root ::= (\"yes\" | \"no\") \".\"'")}) {
+                                    std::string("--grammar 'root ::= (\"yes\" | \"no\") \".\"'")}) {
         auto r = run_cli("-p 'And God said' -n 20 --temp 1 --seed 2 --no-display-prompt " + flag);
         ASSERT_EQ(r.code, 0) << r.err;
         EXPECT_TRUE(r.out == "yes.\n" || r.out == "no.\n") << flag << ": " << r.out;

@@ -8,8 +8,8 @@
 #include "isa_levels.h"
 #include "model/model.h"
 #include "reference_forward.h"
-#include "session_steps.h"
 #include "runtime/session.h"
+#include "session_steps.h"
 #include "tiny_model.h"
 #include "util/error.h"
 

@@ -694,8 +694,8 @@ TEST(Moe, ReportAndTraceShowTheMoeNodesWithTheirBuffers) {
                           nd["shape"][0].get<int64_t>() * nd["shape"][1].get<int64_t>());
             }
         }
-        for (const char* op : {"Softmax", "TopK", "MoeWeights", "MoeGroup", "MoeGather", "MoeSum",
-                               "SigmoidScale"})
+        for (const char* op :
+             {"Softmax", "TopK", "MoeWeights", "MoeGroup", "MoeGather", "MoeSum", "SigmoidScale"})
             EXPECT_EQ(count[op], n_layer) << op;
         EXPECT_GE(count["MatMulId"], 2 * n_layer);
     }

@@ -28,8 +28,8 @@ using namespace tensor;
 namespace {
 
 using gemm_layout::kGroup;  // elements per scale in the common form
-constexpr int kRows = 4;        // weight rows per panel: the int32 lanes of a vector
-constexpr int kPanels = 4;      // panels per tile: 16 rows (untuned: emulation only so far)
+constexpr int kRows = 4;    // weight rows per panel: the int32 lanes of a vector
+constexpr int kPanels = 4;  // panels per tile: 16 rows (untuned: emulation only so far)
 
 // The unpackers need no target beyond the ARMv8.0 baseline (GCC
 // vectorizes their byte loops with NEON).
@@ -276,7 +276,8 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
     const Layout layout = lv == Level::Mmla ? Layout::Pairs : Layout::Quads;
     const int n_panels = static_cast<int>((n + kRows - 1) / kRows);
     Panel p[kPanels];
-    const auto [rows, gguf_row] = gemm_layout::carve_signed_scratch(scratch, K, G, kRows, kPanels, p);
+    const auto [rows, gguf_row] =
+        gemm_layout::carve_signed_scratch(scratch, K, G, kRows, kPanels, p);
     for (int i = 0; i < n_panels; ++i)
         fill_panel(wtype, interleaved, w, w_row_bytes, K, G, r0 + kRows * i,
                    std::min(r1, r0 + kRows * i + kRows), layout, p[i], rows, gguf_row);
