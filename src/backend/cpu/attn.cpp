@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/kernel_table.h"
 #include "backend/cpu/x86/intrinsics.h"
 #include "util/error.h"
 
@@ -30,10 +31,6 @@ size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd) {
 
 #ifdef MINFER_ATTN_X86
 namespace {
-
-bool has_avx512() {
-    return isa_at_least(IsaLevel::Avx512);
-}
 
 // The query rows of one many-rows call, transposed for the SIMD kernels:
 // qt [n_rows_pad / lanes][hd][lanes], row r = (token r / group, head r %
@@ -756,26 +753,50 @@ MINFER_TARGET_AVX2 void attn_few_rows(const AttnRows& a, float* scratch, bool wi
     kFewRowsKernels[static_cast<size_t>(rows - 1)].pv(wide, a, st, sst, n_kv_max, outs);
 }
 
-}  // namespace
-
-bool attn_simd_supported(int64_t hd) {
-    const bool isa =
-        (isa_at_least(IsaLevel::Avx512) && has_avx512()) || isa_at_least(IsaLevel::Avx2);
-    return isa && hd > 0 && hd % 16 == 0 && hd / 16 <= kMaxVecs;
+// One level's attention: a few rows take the kernels that keep a row per
+// vector, more rows the transposed ones (16 lanes at Avx512, 8 at Avx2).
+void attn_rows_avx512_level(const AttnRows& a, float* scratch) {
+    if (a.n_tokens * a.group <= kFewRows)
+        attn_few_rows(a, scratch, true);
+    else
+        attn_rows_avx512(a, scratch);
 }
 
-void attn_rows_simd(const AttnRows& a, float* scratch) {
-    MINFER_ASSERT(a.n_tokens * a.group <= kMaxRows);
-    const bool avx512 = isa_at_least(IsaLevel::Avx512) && has_avx512();
+void attn_rows_avx2_level(const AttnRows& a, float* scratch) {
     if (a.n_tokens * a.group <= kFewRows)
-        attn_few_rows(a, scratch, avx512);
-    else if (avx512)
-        attn_rows_avx512(a, scratch);
+        attn_few_rows(a, scratch, false);
     else
         attn_rows_avx2(a, scratch);
 }
 
-#elif !defined(__aarch64__)  // ARM64: arm/attn_neon.cpp
+}  // namespace
+
+AttnRowsFn attn_rows_at(IsaLevel level) {
+    if (level == IsaLevel::Avx512) return attn_rows_avx512_level;
+    if (level == IsaLevel::Avx2) return attn_rows_avx2_level;
+    return nullptr;
+}
+
+bool attn_simd_supported(int64_t hd) {
+    return kernels().attn_rows != nullptr && hd > 0 && hd % 16 == 0 && hd / 16 <= kMaxVecs;
+}
+
+void attn_rows_simd(const AttnRows& a, float* scratch) {
+    MINFER_ASSERT(a.n_tokens * a.group <= kMaxRows);
+    kernels().attn_rows(a, scratch);
+}
+
+#else
+
+// ARM64's attention (arm/attn_neon.cpp) picks its level itself; the table
+// has none.
+AttnRowsFn attn_rows_at(IsaLevel) {
+    return nullptr;
+}
+
+#endif
+
+#if !defined(MINFER_ATTN_X86) && !defined(__aarch64__)
 
 bool attn_simd_supported(int64_t) {
     return false;

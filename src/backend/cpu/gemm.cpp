@@ -9,6 +9,7 @@
 #include "backend/cpu/gemm_layout.h"
 #include "backend/cpu/interleaved_simd.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/kernel_table.h"
 #include "backend/cpu/x86/gemm_avx2.h"
 #include "backend/cpu/x86/intrinsics.h"
 #include "tensor/blocks.h"
@@ -79,10 +80,6 @@ MINFER_TARGET_AVX512_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K
         return;
     }
     unpack_row_portable(t, row, K, v, s, m);
-}
-
-bool has_vnni() {
-    return isa_at_least(IsaLevel::Avx512);
 }
 
 // One panel: 16 weight rows (the 16 int32 lanes of a vector) in the form
@@ -424,24 +421,29 @@ template <int G, bool kMins>
 constexpr auto kMicroK = ktable_of<G, kMins>(std::make_integer_sequence<int, kMR>{});
 #endif
 
-// Which prompt GEMM runs: the AVX-512 VNNI one, the AVX2 one
-// (x86/gemm_avx2.cpp), the ARM64 one (arm/gemm_neon.cpp: smmla, sdot or
-// plain NEON by level), or none (the dot-product path). Read at each call,
-// so the MINFER_CPU cap (isa.h) moves it too.
-enum class GemmIsa { None, Avx2, Avx512, Arm };
-
+// The GEMM of the current level's kernel table: read at each call, so the
+// MINFER_CPU cap (isa.h) moves it too.
 GemmIsa gemm_isa() {
-#ifdef MINFER_GEMM_X86
-    if (has_vnni()) return GemmIsa::Avx512;
-    if (isa_at_least(IsaLevel::Avx2)) return GemmIsa::Avx2;
-#endif
-#ifdef MINFER_GEMM_ARM
-    if (isa_at_least(IsaLevel::Neon)) return GemmIsa::Arm;
-#endif
-    return GemmIsa::None;
+    return kernels().gemm;
 }
 
 }  // namespace
+
+// Which prompt GEMM runs at a level: the AVX-512 VNNI one, the AVX2 one
+// (x86/gemm_avx2.cpp), the ARM64 one (arm/gemm_neon.cpp: smmla, sdot or
+// plain NEON by level), or none (the dot-product path).
+GemmIsa gemm_at(IsaLevel level) {
+#ifdef MINFER_GEMM_X86
+    if (level == IsaLevel::Avx512) return GemmIsa::Avx512;
+    if (level == IsaLevel::Avx2) return GemmIsa::Avx2;
+#endif
+#ifdef MINFER_GEMM_ARM
+    if (level == IsaLevel::Neon || level == IsaLevel::Dotprod || level == IsaLevel::I8mm)
+        return GemmIsa::Arm;
+#endif
+    (void)level;
+    return GemmIsa::None;
+}
 
 const char* gemm_name() {
     switch (gemm_isa()) {

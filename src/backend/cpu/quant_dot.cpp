@@ -7,6 +7,7 @@
 #include "backend/cpu/arm/neon.h"
 #include "backend/cpu/interleaved_simd.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/kernel_table.h"
 #include "backend/cpu/x86/gemm_avx2.h"
 #include "backend/cpu/x86/intrinsics.h"
 #include "tensor/blocks.h"
@@ -847,13 +848,6 @@ MINFER_TARGET_AVX512_VNNI float dot_q8_0_vnni(int64_t n, const void* vw, const v
 
 // The AVX-512 VNNI kernels (256- and 512-bit) belong to the Avx512 level,
 // the plain AVX2 ones to Avx2: both follow the MINFER_CPU cap (isa.h).
-bool at_avx512() {
-    return isa_at_least(IsaLevel::Avx512);
-}
-
-bool at_avx2() {
-    return isa_at_least(IsaLevel::Avx2);
-}
 #endif
 
 MINFER_INLINE float dot_iq4_nl_body(int64_t n, const void* vw, const void* va) {
@@ -1149,86 +1143,114 @@ void quantize_act_row(DType act, const float* x, void* y, int64_t n) {
     }
 }
 
-GroupDotFn group_dot_fn(DType w) {
+// The choices kernel_table.cpp gathers per level. A portable loop's
+// variant follows the level (x86-64-v4 / -v3 / plain); the hand-written x86
+// kernels are Avx2 and Avx512 ones.
+namespace {
+template <class Fn>
+Fn at(IsaLevel level, Fn v4, Fn v3, Fn plain) {
+    if (level == IsaLevel::Avx512) return v4;
+    if (level == IsaLevel::Avx2) return v3;
+    return plain;
+}
+}  // namespace
+
+GroupDotFn group_dot_at(IsaLevel level, bool avx_vnni, DType w) {
 #ifdef MINFER_X86_SIMD
-    const bool vnni512 = at_avx512();
+    const bool vnni512 = level == IsaLevel::Avx512;
     const bool bitalg = vnni512 && cpu_has_avx512_bitalg();
     if (w == DType::Q5_0 && bitalg) return group_dot_q5_0;
     if (w == DType::Q4_K && vnni512) return group_dot_q4_K;
     if (w == DType::Q6_K && vnni512) return group_dot_q6_K;
     if (w == DType::Q8_0 && vnni512) return group_dot_q8_0;
     // Avx2: Q8_0, Q4_K, Q6_K (x86/gemm_avx2.cpp, beside the GEMM it mirrors).
-    if (!vnni512 && at_avx2()) return avx2::group_dot(w);
+    if (level == IsaLevel::Avx2) return avx2::group_dot(w, avx_vnni);
 #endif
-    (void)w;
+    (void)level, (void)avx_vnni, (void)w;
     return nullptr;
 }
 
-GroupDotManyFn group_dot_many_fn(DType w) {
+GroupDotManyFn group_dot_many_at(IsaLevel level, DType w) {
 #ifdef MINFER_X86_SIMD
-    if (at_avx512() && group_dot_fn(w) != nullptr) {
+    if (level == IsaLevel::Avx512 && group_dot_at(level, false, w) != nullptr) {
         if (w == DType::Q8_0) return group_dot_many<Q8_0Group>;
         if (w == DType::Q4_K) return group_dot_many<Q4_KGroup>;
     }
 #endif
-    (void)w;
+    (void)level, (void)w;
     return nullptr;
+}
+
+VecDotFn vec_dot_at(IsaLevel level, DType w) {
+#ifdef MINFER_X86_SIMD
+    const bool avx512 = level == IsaLevel::Avx512, avx2 = level == IsaLevel::Avx2;
+#endif
+    switch (w) {
+        case DType::F32:
+            return at(level, dot_f32_fn_v4, dot_f32_fn_v3, dot_f32_fn);
+        case DType::F16:
+            return at(level, dot_f16_v4, dot_f16_v3, dot_f16);
+        case DType::BF16:
+            return at(level, dot_bf16_v4, dot_bf16_v3, dot_bf16);
+        case DType::Q4_0:
+            return at(level, dot_q4_0_v4, dot_q4_0_v3, dot_q4_0);
+        case DType::Q4_1:
+            return at(level, dot_q4_1_v4, dot_q4_1_v3, dot_q4_1);
+        case DType::Q5_0:
+#ifdef MINFER_X86_SIMD
+            if (avx512) return dot_q5_0_vnni512;
+            if (avx2) return dot_q5_0_avx2;
+#endif
+            return at(level, dot_q5_0_v4, dot_q5_0_v3, dot_q5_0);
+        case DType::Q5_1:
+            return at(level, dot_q5_1_v4, dot_q5_1_v3, dot_q5_1);
+        case DType::Q8_0:
+#ifdef MINFER_X86_SIMD
+            if (avx512) return dot_q8_0_vnni;
+            if (avx2) return dot_q8_0_avx2;
+#endif
+            return at(level, dot_q8_0_v4, dot_q8_0_v3, dot_q8_0);
+        case DType::Q2_K:
+            return at(level, dot_q2_K_v4, dot_q2_K_v3, dot_q2_K);
+        case DType::Q3_K:
+            return at(level, dot_q3_K_v4, dot_q3_K_v3, dot_q3_K);
+        case DType::Q4_K:
+#ifdef MINFER_X86_SIMD
+            if (avx512) return dot_q4_K_vnni512;
+            if (avx2) return dot_q4_K_avx2;
+#endif
+            return at(level, dot_q4_K_v4, dot_q4_K_v3, dot_q4_K);
+        case DType::Q5_K:
+            return at(level, dot_q5_K_v4, dot_q5_K_v3, dot_q5_K);
+        case DType::Q6_K:
+#ifdef MINFER_X86_SIMD
+            if (avx512) return dot_q6_K_vnni512;
+            if (avx2) return dot_q6_K_avx2;
+#endif
+            return at(level, dot_q6_K_v4, dot_q6_K_v3, dot_q6_K);
+        case DType::IQ4_NL:
+            return at(level, dot_iq4_nl_v4, dot_iq4_nl_v3, dot_iq4_nl);
+        case DType::IQ4_XS:
+            return at(level, dot_iq4_xs_v4, dot_iq4_xs_v3, dot_iq4_xs);
+        default:
+            return nullptr;
+    }
+}
+
+GroupDotFn group_dot_fn(DType w) {
+    return kernels().group_dot_of(w);
+}
+
+GroupDotManyFn group_dot_many_fn(DType w) {
+    return kernels().group_dot_many_of(w);
 }
 
 VecDotFn vec_dot_fn(DType w) {
 #if defined(__aarch64__)
+    // ARM64's kernels pick their level themselves (arm/quant_dot_neon.cpp).
     if (VecDotFn f = arm::vec_dot_neon(w)) return f;
 #endif
-    switch (w) {
-        case DType::F32:
-            return at_level(dot_f32_fn_v4, dot_f32_fn_v3, dot_f32_fn);
-        case DType::F16:
-            return at_level(dot_f16_v4, dot_f16_v3, dot_f16);
-        case DType::BF16:
-            return at_level(dot_bf16_v4, dot_bf16_v3, dot_bf16);
-        case DType::Q4_0:
-            return at_level(dot_q4_0_v4, dot_q4_0_v3, dot_q4_0);
-        case DType::Q4_1:
-            return at_level(dot_q4_1_v4, dot_q4_1_v3, dot_q4_1);
-        case DType::Q5_0:
-#ifdef MINFER_X86_SIMD
-            if (at_avx512()) return dot_q5_0_vnni512;
-            if (at_avx2()) return dot_q5_0_avx2;
-#endif
-            return at_level(dot_q5_0_v4, dot_q5_0_v3, dot_q5_0);
-        case DType::Q5_1:
-            return at_level(dot_q5_1_v4, dot_q5_1_v3, dot_q5_1);
-        case DType::Q8_0:
-#ifdef MINFER_X86_SIMD
-            if (at_avx512()) return dot_q8_0_vnni;
-            if (at_avx2()) return dot_q8_0_avx2;
-#endif
-            return at_level(dot_q8_0_v4, dot_q8_0_v3, dot_q8_0);
-        case DType::Q2_K:
-            return at_level(dot_q2_K_v4, dot_q2_K_v3, dot_q2_K);
-        case DType::Q3_K:
-            return at_level(dot_q3_K_v4, dot_q3_K_v3, dot_q3_K);
-        case DType::Q4_K:
-#ifdef MINFER_X86_SIMD
-            if (at_avx512()) return dot_q4_K_vnni512;
-            if (at_avx2()) return dot_q4_K_avx2;
-#endif
-            return at_level(dot_q4_K_v4, dot_q4_K_v3, dot_q4_K);
-        case DType::Q5_K:
-            return at_level(dot_q5_K_v4, dot_q5_K_v3, dot_q5_K);
-        case DType::Q6_K:
-#ifdef MINFER_X86_SIMD
-            if (at_avx512()) return dot_q6_K_vnni512;
-            if (at_avx2()) return dot_q6_K_avx2;
-#endif
-            return at_level(dot_q6_K_v4, dot_q6_K_v3, dot_q6_K);
-        case DType::IQ4_NL:
-            return at_level(dot_iq4_nl_v4, dot_iq4_nl_v3, dot_iq4_nl);
-        case DType::IQ4_XS:
-            return at_level(dot_iq4_xs_v4, dot_iq4_xs_v3, dot_iq4_xs);
-        default:
-            return nullptr;
-    }
+    return kernels().vec_dot_of(w);
 }
 
 // ---- dequantization ---------------------------------------------------------

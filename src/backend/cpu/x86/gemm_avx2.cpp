@@ -420,12 +420,12 @@ MINFER_TARGET_AVX2 void group_dot_q6_K(int64_t n, const void* group, const void*
 }  // namespace
 #endif
 
-GroupDot group_dot(DType t) {
+GroupDot group_dot(DType t, bool avx_vnni) {
 #ifdef MINFER_GEMM_AVX2
     if (t == DType::Q6_K) return group_dot_q6_K;
-    return avx_vnni_enabled() ? vnni::group_dot_of(t) : plain::group_dot_of(t);
+    return avx_vnni ? vnni::group_dot_of(t) : plain::group_dot_of(t);
 #else
-    (void)t;
+    (void)t, (void)avx_vnni;
     return nullptr;
 #endif
 }

@@ -26,8 +26,9 @@ void gemm_rows(tensor::DType wtype, bool interleaved, const uint8_t* w, size_t w
 // of Q8_0, Q4_K or Q6_K against one activation row in the dot products'
 // form (block_q8_0 / block_q8_K): out[16]. It does per row the GEMM
 // micro-kernel's float steps on the same values, so a token's outputs are
-// bitwise the same alone and in a batch. nullptr for other types.
+// bitwise the same alone and in a batch. nullptr for other types. The
+// AVX-VNNI variant where avx_vnni (the same sums, so the same bits).
 using GroupDot = void (*)(int64_t n, const void* group, const void* a, float* out);
-GroupDot group_dot(tensor::DType t);
+GroupDot group_dot(tensor::DType t, bool avx_vnni);
 
 }  // namespace minfer::cpu::avx2
