@@ -36,7 +36,6 @@ namespace minfer::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int32_t P = graph::kKvPageCells;
 
 double ms_since(Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -86,7 +85,10 @@ const char* finish_reason_name(FinishReason r) {
     return "?";
 }
 
-Engine::Impl::Impl(const model::Model& m, const EngineOptions& o) : model(m), opt(o) {
+namespace {
+
+// The options, checked, with the defaults filled in.
+EngineOptions checked(EngineOptions opt) {
     if (opt.n_ctx < 1) throw Error("the context size (-c) must be at least 1");
     if (opt.n_batch < 1) throw Error("the batch size (-b) must be at least 1");
     if (opt.n_batch > (1 << 15)) throw Error("the batch size (-b) is limited to 32768 tokens");
@@ -99,19 +101,21 @@ Engine::Impl::Impl(const model::Model& m, const EngineOptions& o) : model(m), op
         throw Error("the KV cache type must be f32 or f16, got " +
                     std::string(tensor::dtype_name(opt.kv_type_k)));
     if (opt.n_threads <= 0) opt.n_threads = ThreadPool::physical_cores();
-    n_pages = static_cast<int32_t>((opt.n_ctx + P - 1) / P);
-    trash_page = n_pages;  // one page more: never written, read by padding tokens
-    pool = std::make_unique<graph::KvPagePool>(n_pages);
-    page_tokens.assign(static_cast<size_t>(n_pages), {});
+    return opt;
+}
 
+}  // namespace
+
+Engine::Impl::Impl(const model::Model& m, const EngineOptions& o)
+    : model(m), opt(checked(o)), kv(opt.n_ctx, opt.prefix_cache) {
     cpu = backend::make_cpu_backend(opt.n_threads, opt.batch_invariant);
     backends.push_back(cpu.get());
     cache = std::make_unique<graph::GraphCache>(backends, opt.planner);
-    cparams.n_ctx = int64_t{n_pages + 1} * P;
+    cparams.n_ctx = kv.n_ctx_cells();
     cparams.fuse_qkv = opt.fuse.qkv;
     cparams.fuse_ffn = opt.fuse.ffn;
     cparams.kv_type = opt.kv_type_k;
-    cparams.kv_page = P;
+    cparams.kv_page = kPageCells;
 
     eog = opt.eog_ids;
     if (eog.empty()) {
@@ -151,7 +155,7 @@ graph::Graph& Engine::Impl::prepare(int64_t n_tokens, int64_t n_out) {
     bp.n_out = n_out;
     bp.n_ctx = cparams.n_ctx;
     bp.kv_type = cparams.kv_type;
-    bp.kv_page = P;
+    bp.kv_page = kPageCells;
     bp.n_seqs = n_tokens;
     graph::Graph g = model::build_graph(model, bp);
     graph::assign_backends(g, backends, graph::Placement{});
@@ -164,202 +168,25 @@ graph::Graph& Engine::Impl::prepare(int64_t n_tokens, int64_t n_out) {
 
 // ---- pages of one sequence ------------------------------------------------
 
-// The hash chain of the first n full pages of a sequence's tokens (with the
-// prefix cache off, salted by the request: nothing is found across requests).
-std::vector<uint64_t> Engine::Impl::page_hashes(const Seq& s, int64_t n) const {
-    std::vector<uint64_t> hashes(static_cast<size_t>(n));
-    uint64_t h = opt.prefix_cache ? 0 : 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s.req->id);
-    for (int64_t i = 0; i < n; ++i)
-        hashes[static_cast<size_t>(i)] = h = graph::page_hash(h, s.tokens.data() + i * P, P);
-    return hashes;
-}
-
-// Indexes page i of a sequence under `hash` and keeps its tokens (an
-// admission checks them against its own). False when the hash is indexed
-// already (the page stays unindexed).
-bool Engine::Impl::index_page(const Seq& s, int64_t i, uint64_t hash) {
-    const int32_t p = s.pages[static_cast<size_t>(i)];
-    if (!pool->publish(p, hash)) return false;
-    page_tokens[static_cast<size_t>(p)].assign(s.tokens.begin() + i * P,
-                                               s.tokens.begin() + (i + 1) * P);
-    return true;
-}
-
-// Marks the indexed pages this sequence filled itself (past its mapped ones)
-// ready, as far as its cells are written: waiters may map them now.
-void Engine::Impl::mark_filled_pages_ready(const Seq& s) {
-    for (int64_t i = s.n_hit_pages; i < s.n_done / P; ++i) {
-        const int32_t p = s.pages[static_cast<size_t>(i)];
-        if (pool->published(p) && !pool->ready(p)) pool->mark_ready(p);
-    }
-}
-
-void Engine::Impl::release_pages(Seq& s) {
-    // Every page whose cells are all computed goes to the index if it is not
-    // there (pages filled while generating, and the prompt's last full
-    // page): when nobody holds it, it stays cached, so a chat that goes on
-    // from this reply, or this sequence admitted again after a preemption,
-    // maps it instead of computing it.
-    const int64_t n_full = std::min<int64_t>(s.n_done / P, static_cast<int64_t>(s.pages.size()));
-    const std::vector<uint64_t> hashes =
-        opt.prefix_cache ? page_hashes(s, n_full) : std::vector<uint64_t>{};
-    for (size_t i = 0; i < s.pages.size(); ++i) {
-        const int32_t p = s.pages[i];
-        // A prompt page this sequence was still filling: nobody else will
-        // fill it, so it leaves the index (waiters see it and recompute).
-        if (static_cast<int64_t>(i) >= s.n_hit_pages && pool->published(p) && !pool->ready(p))
-            pool->unpublish(p);
-        if (i < hashes.size() && !pool->published(p) &&
-            index_page(s, static_cast<int64_t>(i), hashes[i]))
-            pool->mark_ready(p);
-        pool->unref(p);
-    }
-    s.pages.clear();
-    s.n_hit_pages = 0;
-    s.n_done = 0;
-}
-
 bool Engine::Impl::admit(Seq& s) {
-    const auto n_tok = static_cast<int64_t>(s.tokens.size());
-    // Full pages before the last token (the last is always computed: its
-    // logits are the next sample's).
-    const int64_t n_full = (n_tok - 1) / P;
-    const std::vector<uint64_t> hashes = page_hashes(s, n_full);
-    // Map the longest run of indexed pages whose tokens match.
-    std::vector<int32_t> hit;
-    for (int64_t i = 0; i < n_full; ++i) {
-        const int32_t p = pool->lookup(hashes[static_cast<size_t>(i)]);
-        if (p < 0) break;
-        const auto& pt = page_tokens[static_cast<size_t>(p)];
-        if (!std::equal(pt.begin(), pt.end(), s.tokens.begin() + i * P,
-                        s.tokens.begin() + (i + 1) * P) ||
-            pt.size() != static_cast<size_t>(P))
-            break;
-        hit.push_back(p);
-    }
-    const int64_t need = (n_tok + P - 1) / P - static_cast<int64_t>(hit.size());
-    // Pages the hits take out of the cached list do not count as available.
-    int64_t hit_cached = 0;
-    for (int32_t p : hit)
-        if (pool->refs(p) == 0) ++hit_cached;
-    if (pool->available() - hit_cached < need) return false;
-    for (int32_t p : hit) pool->ref(p);
-    s.pages = hit;
-    s.n_hit_pages = static_cast<int64_t>(hit.size());
-    s.n_done = s.n_hit_pages * P;
-    for (int64_t i = s.n_hit_pages; i < s.n_hit_pages + need; ++i) {
-        const int32_t p = pool->take();
-        MINFER_ASSERT(p >= 0);
-        s.pages.push_back(p);
-        if (i < n_full) {
-            // Indexed at once, not ready: a sequence admitted a moment later
-            // with the same prefix maps it and waits for it.
-            index_page(s, i, hashes[static_cast<size_t>(i)]);
-        }
-    }
+    if (!kv.map_prefix_and_reserve(s)) return false;
     if (opt.prefix_cache) {
-        s.n_done += copy_computed_cells(s);
-        mark_filled_pages_ready(s);  // pages the copy filled whole
+        const int64_t copied = kv.copy_computed_cells(s, seqs, cache->allocator(),
+                                                      model.hp.n_embd_kv(), cparams.kv_type);
+        stats.copied_cells += copied;
+        s.n_done += copied;
+        kv.mark_filled_pages_ready(s);  // pages the copy filled whole
     }
     if (!s.ever_admitted) {
         s.cached_tokens = s.n_done;
         s.t_admit = Clock::now();
         stats.prefix_hit_tokens += s.n_done;
-        stats.prefix_lookup_tokens += n_tok - 1;
+        stats.prefix_lookup_tokens += static_cast<int64_t>(s.tokens.size()) - 1;
         s.ever_admitted = true;
     }
     s.admit_order = ++admit_counter;
     s.state = Seq::State::Running;
     return true;
-}
-
-// Past its mapped pages, the longest run of this prompt that a running
-// sequence has computed already — the tokens after its last full prompt page
-// (only full pages are indexed), or pages it filled while generating (a chat
-// that goes on from its reply) — copied cell by cell into this sequence's
-// own pages, as vLLM copies a shared block a fork writes into. The cells are
-// bitwise those this sequence would compute (a token's K and V depend only
-// on it and the tokens before it: batch invariance), so the copy changes no
-// result. A copy at admission, a few cells per layer: what it saves is a
-// pass's worth of tokens (a 1,000-token shared prefix leaves 8 of them after
-// its 31 full pages). The last prompt token is always computed (its logits
-// are the first sample's). Returns the cells copied.
-int64_t Engine::Impl::copy_computed_cells(Seq& s) {
-    const int64_t from = s.n_done;
-    const int64_t limit = static_cast<int64_t>(s.tokens.size()) - 1;
-    const Seq* donor = nullptr;
-    int64_t best = from;
-    for (const auto& o : seqs) {
-        if (o.get() == &s || o->state != Seq::State::Running) continue;
-        // Its cells, as far as they are written: a mapped page counts once
-        // it is ready (one its filler gave up on stays unwritten until the
-        // sequence notices and recomputes it).
-        int64_t done = o->n_done;  // o->tokens holds at least n_done
-        for (int64_t i = 0; i < o->n_hit_pages; ++i)
-            if (!pool->ready(o->pages[static_cast<size_t>(i)])) {
-                done = std::min(done, i * P);
-                break;
-            }
-        const int64_t avail = std::min(done, limit);
-        if (avail <= best ||
-            !std::equal(s.tokens.begin(), s.tokens.begin() + from, o->tokens.begin()))
-            continue;
-        int64_t m = from;
-        while (m < avail && s.tokens[static_cast<size_t>(m)] == o->tokens[static_cast<size_t>(m)])
-            ++m;
-        if (m > best) {
-            best = m;
-            donor = o.get();
-        }
-    }
-    if (donor == nullptr) return 0;
-    graph::GraphAllocator& alloc = cache->allocator();
-    const int64_t n_kv_embd = model.hp.n_embd_kv();
-    const size_t row = tensor::row_size(cparams.kv_type, n_kv_embd);
-    const size_t es = row / static_cast<size_t>(n_kv_embd);  // f32 or f16
-    static_assert(P % graph::kKBlockCells == 0, "a page is whole K blocks");
-    for (const auto& region : alloc.persistent()) {  // every layer's K and V
-        backend::Backend& be = alloc.backend(region.ref.backend);
-        for (int64_t p = from; p < best;) {
-            const auto j = static_cast<size_t>(p / P);
-            const int64_t in = p % P, n = std::min<int64_t>(best - p, P - in);
-            backend::BufRef src = region.ref, dst = region.ref;
-            if (!region.is_k) {  // V: the cells' rows, one contiguous range
-                src.offset += static_cast<size_t>(donor->pages[j] * P + in) * row;
-                dst.offset += static_cast<size_t>(s.pages[j] * P + in) * row;
-                src.len = dst.len = static_cast<size_t>(n) * row;
-            } else {  // K: both pages whole, the cells patched element by element
-                src.offset += static_cast<size_t>(donor->pages[j] * P) * row;
-                dst.offset += static_cast<size_t>(s.pages[j] * P) * row;
-                src.len = dst.len = static_cast<size_t>(P) * row;
-            }
-            MINFER_ASSERT(std::max(src.offset, dst.offset) + src.len <=
-                          region.ref.offset + region.ref.len);
-            copy_staging.resize(src.len);
-            be.read_host(src, copy_staging.data(), src.len);
-            if (region.is_k) {
-                // the page starts a K block, so cell c's elements are at
-                // k_index(c, e) from the page's start
-                own_page_staging.resize(dst.len);
-                be.read_host(dst, own_page_staging.data(), dst.len);
-                for (int64_t c = in; c < in + n;) {
-                    const int64_t m =
-                        std::min(in + n - c, graph::kKBlockCells - c % graph::kKBlockCells);
-                    for (int64_t e = 0; e < n_kv_embd; ++e) {
-                        const size_t at = static_cast<size_t>(graph::k_index(c, e, n_kv_embd)) * es;
-                        std::memcpy(own_page_staging.data() + at, copy_staging.data() + at,
-                                    static_cast<size_t>(m) * es);
-                    }
-                    c += m;
-                }
-                copy_staging.swap(own_page_staging);
-            }
-            be.write_host(dst, copy_staging.data(), dst.len);
-            p += n;
-        }
-    }
-    stats.copied_cells += best - from;
-    return best - from;
 }
 
 // A running sequence that still waits for shared pages: true while one of
@@ -368,18 +195,18 @@ int64_t Engine::Impl::copy_computed_cells(Seq& s) {
 bool Engine::Impl::blocked(Seq& s) {
     for (int64_t i = 0; i < s.n_hit_pages; ++i) {
         const int32_t p = s.pages[static_cast<size_t>(i)];
-        if (pool->ready(p)) continue;
-        if (pool->published(p)) return true;
+        if (kv.pool().ready(p)) continue;
+        if (kv.pool().published(p)) return true;
         // Orphaned: recompute from page i on, in fresh pages.
         const auto n_keep = static_cast<size_t>(i);
-        for (size_t j = n_keep; j < s.pages.size(); ++j) pool->unref(s.pages[j]);
+        for (size_t j = n_keep; j < s.pages.size(); ++j) kv.pool().unref(s.pages[j]);
         const int64_t n_more = static_cast<int64_t>(s.pages.size() - n_keep);
         s.pages.resize(n_keep);
         s.n_hit_pages = i;
-        s.n_done = i * P;
+        s.n_done = i * kPageCells;
         s.cached_tokens = std::min(s.cached_tokens, s.n_done);
         for (int64_t j = 0; j < n_more; ++j) {
-            const int32_t np = pool->take();
+            const int32_t np = kv.pool().take();
             if (np < 0) {
                 preempt(s);
                 return true;
@@ -392,7 +219,7 @@ bool Engine::Impl::blocked(Seq& s) {
 }
 
 void Engine::Impl::preempt(Seq& s) {
-    release_pages(s);
+    kv.release_pages(s);
     s.state = Seq::State::Queued;
     s.admit_order = 0;
     ++stats.preemptions;
@@ -451,7 +278,7 @@ void MaskThread::loop() {
 
 void Engine::Impl::finish(Seq& s, FinishReason reason, std::string error) {
     if (s.state == Seq::State::Finished) return;
-    release_pages(s);
+    kv.release_pages(s);
     s.state = Seq::State::Finished;
     RequestResult r;
     r.sample = s.sample;
@@ -628,9 +455,9 @@ bool Engine::Impl::step() {
     for (size_t i = 0; i < seqs.size(); ++i) {
         Seq& s = *seqs[i];
         if (s.state != Seq::State::Running) continue;
-        while (s.state == Seq::State::Running &&
-               static_cast<int64_t>(s.pages.size()) * P < static_cast<int64_t>(s.tokens.size())) {
-            const int32_t p = pool->take();
+        while (s.state == Seq::State::Running && static_cast<int64_t>(s.pages.size()) * kPageCells <
+                                                     static_cast<int64_t>(s.tokens.size())) {
+            const int32_t p = kv.pool().take();
             if (p >= 0) {
                 s.pages.push_back(p);
                 break;
@@ -701,12 +528,12 @@ bool Engine::Impl::step() {
 
     // Inputs. Each sequence of the pass gets a page-table row; padding
     // tokens use one more row that maps the trash page and store nothing.
-    const int64_t per_seq = cparams.n_ctx / P;
+    const int64_t per_seq = cparams.n_ctx / kPageCells;
     tok_ids.assign(static_cast<size_t>(n_tok), 0);
     positions.assign(static_cast<size_t>(n_tok), 0);
     cells.assign(static_cast<size_t>(n_tok), -1);
     rows.assign(static_cast<size_t>(n_tok), 0);
-    page_rows.assign(static_cast<size_t>(n_tok * per_seq), trash_page);
+    page_rows.assign(static_cast<size_t>(n_tok * per_seq), kv.trash_page());
     std::vector<std::pair<Seq*, int64_t>> want;  // (sequence, token index in the pass)
     int64_t t = 0, r = 0;
     for (const Work& w : work) {
@@ -716,7 +543,8 @@ bool Engine::Impl::step() {
             const int64_t p = w.from + i;
             tok_ids[static_cast<size_t>(t)] = s.tokens[static_cast<size_t>(p)];
             positions[static_cast<size_t>(t)] = static_cast<int32_t>(p);
-            cells[static_cast<size_t>(t)] = s.pages[static_cast<size_t>(p / P)] * P + p % P;
+            cells[static_cast<size_t>(t)] =
+                s.pages[static_cast<size_t>(p / kPageCells)] * kPageCells + p % kPageCells;
             rows[static_cast<size_t>(t)] = static_cast<int32_t>(r);
         }
         if (w.from + w.n == static_cast<int64_t>(s.tokens.size())) want.emplace_back(&s, t - 1);
@@ -768,7 +596,7 @@ bool Engine::Impl::step() {
     for (const Work& w : work) {
         Seq& s = *w.seq;
         s.n_done = w.from + w.n;
-        mark_filled_pages_ready(s);
+        kv.mark_filled_pages_ready(s);
     }
     // Sample.
     const graph::NodeId out_id = g.outputs.at(0);
@@ -801,11 +629,11 @@ void Engine::Impl::publish_stats() {
         else
             ++stats.waiting;
     }
-    stats.pages_total = n_pages;
-    stats.pages_used = pool->n_used();
-    stats.pages_cached = pool->n_cached();
-    stats.pages_free = pool->n_free();
-    stats.page_cells = P;
+    stats.pages_total = kv.n_pages();
+    stats.pages_used = kv.pool().n_used();
+    stats.pages_cached = kv.pool().n_cached();
+    stats.pages_free = kv.pool().n_free();
+    stats.page_cells = kPageCells;
     stats.graphs_built = graphs_built;
     size_t act = 0;
     for (const auto& [k, b] : plan_bytes) act += b;
@@ -815,29 +643,7 @@ void Engine::Impl::publish_stats() {
 }
 
 void Engine::Impl::check_pages() const {
-    std::vector<int32_t> holders(static_cast<size_t>(n_pages), 0);
-    for (const auto& s : seqs) {
-        if (s->state != Seq::State::Running && !s->pages.empty())
-            throw Error("KV pages: a sequence that is not running holds pages");
-        if (s->state == Seq::State::Running &&
-            static_cast<int64_t>(s->pages.size()) * P < s->n_done)
-            throw Error("KV pages: a sequence has computed cells outside its pages");
-        std::vector<int32_t> mine = s->pages;
-        std::sort(mine.begin(), mine.end());
-        if (std::adjacent_find(mine.begin(), mine.end()) != mine.end())
-            throw Error("KV pages: a sequence maps one page twice");
-        for (int32_t p : s->pages) ++holders.at(static_cast<size_t>(p));
-    }
-    pool->check(&holders);
-    // A page written by a sequence (past its shared prefix) has that one holder.
-    for (const auto& s : seqs)
-        for (size_t i = static_cast<size_t>(s->n_hit_pages); i < s->pages.size(); ++i) {
-            const int32_t p = s->pages[i];
-            if (!pool->published(p) && pool->refs(p) != 1)
-                throw Error("KV pages: page " + std::to_string(p) +
-                            " is written by one sequence but held by " +
-                            std::to_string(pool->refs(p)));
-        }
+    kv.check(seqs);
 }
 
 // ---- the public face -------------------------------------------------------
@@ -982,12 +788,12 @@ EngineStats Engine::stats() const {
 std::vector<KvPageInfo> Engine::kv_pages() const {
     Impl& im = *impl_;
     std::lock_guard<std::mutex> step_lk(im.step_mu);
-    std::vector<KvPageInfo> out(static_cast<size_t>(im.n_pages));
-    for (int32_t p = 0; p < im.n_pages; ++p) {
+    std::vector<KvPageInfo> out(static_cast<size_t>(im.kv.n_pages()));
+    for (int32_t p = 0; p < im.kv.n_pages(); ++p) {
         auto& info = out[static_cast<size_t>(p)];
-        info.state = im.pool->refs(p) > 0    ? KvPageInfo::State::Used
-                     : im.pool->published(p) ? KvPageInfo::State::Cached
-                                             : KvPageInfo::State::Free;
+        info.state = im.kv.pool().refs(p) > 0    ? KvPageInfo::State::Used
+                     : im.kv.pool().published(p) ? KvPageInfo::State::Cached
+                                                 : KvPageInfo::State::Free;
     }
     for (const auto& s : im.seqs)
         for (int32_t p : s->pages)

@@ -19,6 +19,8 @@
 #include "graph/kv_pages.h"
 #include "graph/scheduler.h"
 #include "runtime/engine.h"
+#include "runtime/kv_store_impl.h"
+#include "runtime/sequence_impl.h"
 
 namespace minfer::runtime {
 
@@ -48,42 +50,14 @@ struct Engine::Impl {
     Impl(const model::Model& model, const EngineOptions& options);
     ~Impl();
 
-    struct Request {
-        RequestId id = 0;
-        GenParams params;
-        RequestCallbacks callbacks;
-        std::chrono::steady_clock::time_point t_submit;
-    };
-    // One sample of a request: its tokens, the cells computed so far, its
-    // page table (references into the pool) and its sampler.
-    struct Seq {
-        enum class State { Queued, Running, Finished };
-        std::shared_ptr<Request> req;
-        int32_t sample = 0;
-        State state = State::Queued;
-        std::vector<int32_t> tokens;  // prompt, then every sampled token
-        int64_t n_done = 0;           // cells computed: positions [0, n_done)
-        std::vector<int32_t> pages;   // page table: position p in pages[p / P]
-        int64_t n_hit_pages = 0;      // leading pages mapped from the prefix index
-        int64_t cached_tokens = 0;    // prompt tokens not computed (first admission)
-        int64_t generated = 0;
-        uint64_t admit_order = 0;  // later admitted = preempted first
-        bool ever_admitted = false;
-        std::unique_ptr<SequenceSampler> sampler;  // its own seed, history, grammar state
-        std::vector<float> mask_us;                // constrained: per sampled token
-        std::chrono::steady_clock::time_point t_admit, t_first;
-    };
+    using Request = EngineRequest;
+    using Seq = Sequence;
 
     graph::Graph& prepare(int64_t n_tokens, int64_t n_out);
     bool step();
     bool admit(Seq& s);
-    int64_t copy_computed_cells(Seq& s);
     bool blocked(Seq& s);
     void preempt(Seq& s);
-    void release_pages(Seq& s);
-    std::vector<uint64_t> page_hashes(const Seq& s, int64_t n) const;
-    bool index_page(const Seq& s, int64_t i, uint64_t hash);
-    void mark_filled_pages_ready(const Seq& s);
     void finish(Seq& s, FinishReason reason, std::string error = "");
     void deliver_finished();
     void apply_cancels(const std::vector<RequestId>& ids);
@@ -104,11 +78,8 @@ struct Engine::Impl {
     graph::CParams cparams;
     std::vector<int32_t> eog;
 
-    int32_t n_pages = 0;     // pages of -c cells, shared by all sequences
-    int32_t trash_page = 0;  // one more page: read (never written) by padding tokens
-    std::unique_ptr<graph::KvPagePool> pool;
-    std::vector<std::vector<int32_t>> page_tokens;  // [n_pages] tokens of indexed pages
-    std::vector<std::unique_ptr<Seq>> seqs;         // admitted or queued, never finished
+    KvStore kv;                              // pages of -c cells, shared by all sequences
+    std::vector<std::unique_ptr<Seq>> seqs;  // admitted or queued, never finished
     uint64_t admit_counter = 0;
 
     static constexpr size_t kMaxGraphs = 8;  // token-count buckets kept at once
@@ -120,8 +91,6 @@ struct Engine::Impl {
     // Reused per step.
     std::vector<int32_t> tok_ids, positions, cells, rows, page_rows, tail;
     std::vector<float> logits_row;
-    std::vector<uint8_t> copy_staging;      // copy_computed_cells' V rows or donor K page
-    std::vector<uint8_t> own_page_staging;  // ... and the K page they are patched into
     std::vector<std::pair<std::shared_ptr<Request>, RequestResult>> finished;
 
     MaskThread mask_thread;
