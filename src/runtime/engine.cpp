@@ -41,32 +41,6 @@ double ms_since(Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// A pass costs about as much as this many more tokens in a pass: every
-// pass streams all the weights, which takes as long as computing ~12 tokens
-// (Qwen2.5-0.5B Q8_0 on 2 Zen 5 cores: ~12 ms against ~1 ms a prompt token;
-// the ratio hardly depends on the model's size, both scale with its
-// weights). So padding a pass by fewer tokens beats cutting them off into
-// passes of their own: a 40-token prompt joining a running decode pads 41 to
-// 48 in one pass rather than taking four passes (of 32, 8, 2 and 2 tokens).
-constexpr int64_t kPassTokens = 12;
-
-// Token-count buckets: powers of two and 1.5x powers of two, so padding
-// wastes at most a third and a steady workload reuses a handful of graphs.
-int64_t bucket_up(int64_t n, int64_t cap) {
-    for (int64_t p = 1;; p *= 2) {
-        if (p >= n) return std::min(p, cap);
-        if (p >= 4 && p + p / 2 >= n) return std::min(p + p / 2, cap);
-    }
-}
-int64_t bucket_down(int64_t n) {
-    int64_t best = 1;
-    for (int64_t p = 1; p <= n; p *= 2) {
-        best = p;
-        if (p >= 4 && p + p / 2 <= n) best = p + p / 2;
-    }
-    return best;
-}
-
 }  // namespace
 
 const char* finish_reason_name(FinishReason r) {
@@ -164,65 +138,6 @@ graph::Graph& Engine::Impl::prepare(int64_t n_tokens, int64_t n_out) {
     plan_bytes[params.kind] = cache->allocator().plan_stats().pool_bytes;
     ++graphs_built;
     return stored;
-}
-
-// ---- pages of one sequence ------------------------------------------------
-
-bool Engine::Impl::admit(Seq& s) {
-    if (!kv.map_prefix_and_reserve(s)) return false;
-    if (opt.prefix_cache) {
-        const int64_t copied = kv.copy_computed_cells(s, seqs, cache->allocator(),
-                                                      model.hp.n_embd_kv(), cparams.kv_type);
-        stats.copied_cells += copied;
-        s.n_done += copied;
-        kv.mark_filled_pages_ready(s);  // pages the copy filled whole
-    }
-    if (!s.ever_admitted) {
-        s.cached_tokens = s.n_done;
-        s.t_admit = Clock::now();
-        stats.prefix_hit_tokens += s.n_done;
-        stats.prefix_lookup_tokens += static_cast<int64_t>(s.tokens.size()) - 1;
-        s.ever_admitted = true;
-    }
-    s.admit_order = ++admit_counter;
-    s.state = Seq::State::Running;
-    return true;
-}
-
-// A running sequence that still waits for shared pages: true while one of
-// them is not ready. A page its filler gave up on (unindexed, not ready) is
-// dropped with every page after it and recomputed by this sequence.
-bool Engine::Impl::blocked(Seq& s) {
-    for (int64_t i = 0; i < s.n_hit_pages; ++i) {
-        const int32_t p = s.pages[static_cast<size_t>(i)];
-        if (kv.pool().ready(p)) continue;
-        if (kv.pool().published(p)) return true;
-        // Orphaned: recompute from page i on, in fresh pages.
-        const auto n_keep = static_cast<size_t>(i);
-        for (size_t j = n_keep; j < s.pages.size(); ++j) kv.pool().unref(s.pages[j]);
-        const int64_t n_more = static_cast<int64_t>(s.pages.size() - n_keep);
-        s.pages.resize(n_keep);
-        s.n_hit_pages = i;
-        s.n_done = i * kPageCells;
-        s.cached_tokens = std::min(s.cached_tokens, s.n_done);
-        for (int64_t j = 0; j < n_more; ++j) {
-            const int32_t np = kv.pool().take();
-            if (np < 0) {
-                preempt(s);
-                return true;
-            }
-            s.pages.push_back(np);
-        }
-        return false;
-    }
-    return false;
-}
-
-void Engine::Impl::preempt(Seq& s) {
-    kv.release_pages(s);
-    s.state = Seq::State::Queued;
-    s.admit_order = 0;
-    ++stats.preemptions;
 }
 
 // ---- the mask thread ----------------------------------------------------------
@@ -384,7 +299,7 @@ bool Engine::Impl::sample(Seq& s, const float* logits) {
 
 // ---- one step ------------------------------------------------------------------
 
-bool Engine::Impl::step() {
+bool Engine::Impl::take_incoming() {
     std::vector<std::shared_ptr<Request>> fresh;
     std::vector<RequestId> cancel_ids;
     {
@@ -394,149 +309,71 @@ bool Engine::Impl::step() {
     }
     bool did = !finished.empty() || !fresh.empty();
     deliver_finished();
-    for (auto& req : fresh) {
-        for (int32_t k = 0; k < req->params.n_samples; ++k) {
-            auto s = std::make_unique<Seq>();
-            s->req = req;
-            s->sample = k;
-            s->tokens = req->params.prompt;
-            SequenceSampling sp;
-            sp.sampler = req->params.sampling;
-            sp.sampler.seed += static_cast<uint64_t>(k);  // forks draw differently
-            sp.presence_penalty = req->params.presence_penalty;
-            sp.frequency_penalty = req->params.frequency_penalty;
-            sp.ignore_eos = req->params.ignore_eos;
-            sp.constraint = req->params.constraint;
-            s->sampler = std::make_unique<SequenceSampler>(sp, eog);
-            s->sampler->start_reply(s->tokens);
-            stats.prompt_tokens += static_cast<int64_t>(s->tokens.size());
-            seqs.push_back(std::move(s));
-        }
-    }
+    for (auto& req : fresh) enqueue(req);
     if (!cancel_ids.empty()) {
         apply_cancels(cancel_ids);
         did = true;
     }
+    return did;
+}
 
-    // Admit in order (preempted sequences were put first), while fewer than
-    // n_parallel run and their pages fit; the first that does not fit waits
-    // and so do all after it (no overtaking).
-    int64_t running = 0;
-    for (auto& s : seqs) running += s->state == Seq::State::Running;
-    std::stable_sort(seqs.begin(), seqs.end(), [](const auto& a, const auto& b) {
-        // running first, by admission; then queued: preempted (admitted
-        // before) first, then by arrival
-        auto key = [](const Seq& s) {
-            return std::make_pair(s.state == Seq::State::Running ? 0
-                                  : s.ever_admitted              ? 1
-                                                                 : 2,
-                                  s.state == Seq::State::Running ? s.admit_order : 0);
-        };
-        return key(*a) < key(*b);
-    });
-    for (auto& s : seqs) {
-        if (s->state != Seq::State::Queued) continue;
-        if (running >= opt.n_parallel) break;
-        if (!admit(*s)) {
-            if (running == 0) {
-                // Even an empty cache cannot hold it (pages held by nobody
-                // are all available): it can never run.
-                finish(*s, FinishReason::ContextFull, "");
-                continue;
-            }
-            break;
-        }
-        ++running;
+// A sequence per sample of the request, each with its own sampler.
+void Engine::Impl::enqueue(const std::shared_ptr<Request>& req) {
+    for (int32_t k = 0; k < req->params.n_samples; ++k) {
+        auto s = std::make_unique<Seq>();
+        s->req = req;
+        s->sample = k;
+        s->tokens = req->params.prompt;
+        SequenceSampling sp;
+        sp.sampler = req->params.sampling;
+        sp.sampler.seed += static_cast<uint64_t>(k);  // forks draw differently
+        sp.presence_penalty = req->params.presence_penalty;
+        sp.frequency_penalty = req->params.frequency_penalty;
+        sp.ignore_eos = req->params.ignore_eos;
+        sp.constraint = req->params.constraint;
+        s->sampler = std::make_unique<SequenceSampler>(sp, eog);
+        s->sampler->start_reply(s->tokens);
+        stats.prompt_tokens += static_cast<int64_t>(s->tokens.size());
+        seqs.push_back(std::move(s));
     }
+}
 
-    // Grow: a decoding sequence whose next cell starts a page needs one.
-    // When the pool is empty, preempt the most recently admitted running
-    // sequence (its pages back, recomputed later), possibly itself.
-    for (size_t i = 0; i < seqs.size(); ++i) {
-        Seq& s = *seqs[i];
-        if (s.state != Seq::State::Running) continue;
-        while (s.state == Seq::State::Running && static_cast<int64_t>(s.pages.size()) * kPageCells <
-                                                     static_cast<int64_t>(s.tokens.size())) {
-            const int32_t p = kv.pool().take();
-            if (p >= 0) {
-                s.pages.push_back(p);
-                break;
-            }
-            Seq* victim = nullptr;
-            for (auto& o : seqs)
-                if (o->state == Seq::State::Running &&
-                    (!victim || o->admit_order > victim->admit_order))
-                    victim = o.get();
-            preempt(*victim);
-        }
-    }
-
-    // Pack: decode tokens first (one per sequence), then prompt chunks.
-    struct Work {
-        Seq* seq;
-        int64_t from, n;
-    };
-    std::vector<Work> work;
-    int64_t n_real = 0, n_decode = 0;
-    bool hold_decode = false;
-    if (opt.prefill_first)
-        for (auto& s : seqs)
-            if (s->state == Seq::State::Running &&
-                (static_cast<int64_t>(s->tokens.size()) - s->n_done > 1 || blocked(*s)))
-                hold_decode = true;
-    for (int pass = hold_decode ? 1 : 0; pass < 2; ++pass) {
-        for (auto& s : seqs) {
-            if (s->state != Seq::State::Running || n_real >= opt.n_batch) continue;
-            if (blocked(*s) || s->state != Seq::State::Running) continue;
-            const int64_t left = static_cast<int64_t>(s->tokens.size()) - s->n_done;
-            if ((left == 1) != (pass == 0)) continue;
-            const int64_t n = std::min(left, opt.n_batch - n_real);
-            work.push_back({s.get(), s->n_done, n});
-            n_real += n;
-            if (pass == 0) ++n_decode;
-        }
-    }
-    if (work.empty()) {
+bool Engine::Impl::step() {
+    bool did = take_incoming();
+    const StepPlan plan = sched.schedule(seqs);
+    for (Seq* s : plan.rejected) finish(*s, FinishReason::ContextFull, "");
+    if (plan.work.empty()) {
         retire();
         did |= !finished.empty();
         deliver_finished();
         publish_stats();
         return did;
     }
-    // Bucket: pad up to the next bucket, unless prompt tokens can be cut to
-    // the bucket below (left for the next pass) because the padding would
-    // waste more than an eighth of the pass and more than kPassTokens.
-    int64_t n_tok = bucket_up(n_real, opt.n_batch);
-    if (n_tok > n_real && n_real > n_decode) {
-        const int64_t down = bucket_down(n_real), pad = n_tok - n_real;
-        if (pad * 8 > n_real && pad > kPassTokens && down >= n_decode + 1) {
-            int64_t cut = n_real - down;
-            for (auto it = work.rbegin(); it != work.rend() && cut > 0; ++it) {
-                if (it->n == 1 && it->from + 1 == static_cast<int64_t>(it->seq->tokens.size()))
-                    continue;  // a decode token
-                const int64_t c = std::min(cut, it->n);
-                it->n -= c;
-                cut -= c;
-            }
-            work.erase(
-                std::remove_if(work.begin(), work.end(), [](const Work& w) { return w.n == 0; }),
-                work.end());
-            n_real = down;
-            n_tok = down;
-        }
+    const PassResult pass = run(plan);
+    // KV written: advance, mark filled prompt pages ready.
+    for (const SeqWork& w : plan.work) {
+        w.seq->n_done = w.from + w.n;
+        kv.mark_filled_pages_ready(*w.seq);
     }
+    sample_pass(pass);
+    retire();
+    deliver_finished();
+    publish_stats();
+    return true;
+}
 
-    // Inputs. Each sequence of the pass gets a page-table row; padding
-    // tokens use one more row that maps the trash page and store nothing.
+// Each sequence of the pass gets a page-table row; padding tokens use one
+// more row that maps the trash page and store nothing.
+void Engine::Impl::fill_inputs(const StepPlan& plan, PassResult& pass) {
+    const int64_t n_tok = plan.n_tok;
     const int64_t per_seq = cparams.n_ctx / kPageCells;
     tok_ids.assign(static_cast<size_t>(n_tok), 0);
     positions.assign(static_cast<size_t>(n_tok), 0);
     cells.assign(static_cast<size_t>(n_tok), -1);
     rows.assign(static_cast<size_t>(n_tok), 0);
     page_rows.assign(static_cast<size_t>(n_tok * per_seq), kv.trash_page());
-    std::vector<std::pair<Seq*, int64_t>> want;  // (sequence, token index in the pass)
     int64_t t = 0, r = 0;
-    for (const Work& w : work) {
+    for (const SeqWork& w : plan.work) {
         Seq& s = *w.seq;
         std::copy(s.pages.begin(), s.pages.end(), page_rows.begin() + r * per_seq);
         for (int64_t i = 0; i < w.n; ++i, ++t) {
@@ -547,34 +384,42 @@ bool Engine::Impl::step() {
                 s.pages[static_cast<size_t>(p / kPageCells)] * kPageCells + p % kPageCells;
             rows[static_cast<size_t>(t)] = static_cast<int32_t>(r);
         }
-        if (w.from + w.n == static_cast<int64_t>(s.tokens.size())) want.emplace_back(&s, t - 1);
+        if (w.from + w.n == static_cast<int64_t>(s.tokens.size()))
+            pass.want.emplace_back(&s, t - 1);
         ++r;
     }
     for (; t < n_tok; ++t) rows[static_cast<size_t>(t)] = static_cast<int32_t>(r);
-    const int64_t n_want = std::max<int64_t>(1, static_cast<int64_t>(want.size()));
+    const int64_t n_want = std::max<int64_t>(1, static_cast<int64_t>(pass.want.size()));
     // Logits rows: a power of two (fewer graph shapes), the wanted rows first.
-    int64_t n_out = 1;
-    while (n_out < n_want) n_out *= 2;
-    n_out = std::min(n_out, n_tok);
+    pass.n_tok = n_tok;
+    pass.n_out = 1;
+    while (pass.n_out < n_want) pass.n_out *= 2;
+    pass.n_out = std::min(pass.n_out, n_tok);
+    if (pass.n_out < n_tok) {
+        const auto& want = pass.want;
+        tail.assign(static_cast<size_t>(pass.n_out),
+                    want.empty() ? 0 : static_cast<int32_t>(want.back().second));
+        for (size_t i = 0; i < want.size(); ++i) tail[i] = static_cast<int32_t>(want[i].second);
+    }
+}
 
-    graph::Graph& g = prepare(n_tok, n_out);
+Engine::Impl::PassResult Engine::Impl::run(const StepPlan& plan) {
+    PassResult pass;
+    fill_inputs(plan, pass);
+    graph::Graph& g = prepare(pass.n_tok, pass.n_out);
+    pass.g = &g;
     graph::GraphAllocator& alloc = cache->allocator();
     alloc.fill_input(g, "token_ids", tok_ids);
     alloc.fill_input(g, "positions", positions);
     alloc.fill_input(g, "kv_cells", cells);
     alloc.fill_input(g, "kv_rows", rows);
     alloc.fill_input(g, "kv_pages", page_rows);
-    if (n_out < n_tok) {
-        tail.assign(static_cast<size_t>(n_out),
-                    want.empty() ? 0 : static_cast<int32_t>(want.back().second));
-        for (size_t i = 0; i < want.size(); ++i) tail[i] = static_cast<int32_t>(want[i].second);
-        alloc.fill_input(g, "tail_ids", tail);
-    }
+    if (pass.n_out < pass.n_tok) alloc.fill_input(g, "tail_ids", tail);
     // The constrained sequences' masks for this pass's samples, computed
     // while it runs; waited for before sampling (also when the pass throws:
     // the thread reads their samplers).
     mask_jobs.clear();
-    for (const auto& [s, t_index] : want)
+    for (const auto& [s, t_index] : pass.want)
         if (s->sampler->constrained() && !s->sampler->mask_ready())
             mask_jobs.push_back(s->sampler.get());
     struct WaitMasks {
@@ -589,23 +434,21 @@ bool Engine::Impl::step() {
         stats.mask_wait_ms += ms_since(t_wait);
     }
     ++stats.steps;
-    stats.last_pass_decode_tokens = n_decode;
-    stats.last_pass_prompt_tokens = n_real - n_decode;
+    stats.last_pass_decode_tokens = plan.n_decode;
+    stats.last_pass_prompt_tokens = plan.n_real - plan.n_decode;
+    return pass;
+}
 
-    // KV written: advance, mark filled prompt pages ready.
-    for (const Work& w : work) {
-        Seq& s = *w.seq;
-        s.n_done = w.from + w.n;
-        kv.mark_filled_pages_ready(s);
-    }
-    // Sample.
-    const graph::NodeId out_id = g.outputs.at(0);
+void Engine::Impl::sample_pass(const PassResult& pass) {
+    graph::GraphAllocator& alloc = cache->allocator();
+    const graph::NodeId out_id = pass.g->outputs.at(0);
     const backend::BufRef ref = *alloc.node_buffer(out_id);
     const auto n_vocab = static_cast<size_t>(model.hp.n_vocab);
     logits_row.resize(n_vocab);
-    for (size_t i = 0; i < want.size(); ++i) {
-        Seq& s = *want[i].first;
-        const size_t out_row = n_out == n_tok ? static_cast<size_t>(want[i].second) : i;
+    for (size_t i = 0; i < pass.want.size(); ++i) {
+        Seq& s = *pass.want[i].first;
+        const size_t out_row =
+            pass.n_out == pass.n_tok ? static_cast<size_t>(pass.want[i].second) : i;
         backend::BufRef row_ref = ref;
         row_ref.offset += out_row * n_vocab * sizeof(float);
         row_ref.len = n_vocab * sizeof(float);
@@ -613,10 +456,6 @@ bool Engine::Impl::step() {
         if (logits_hook) logits_hook(s.req->id, s.sample, s.n_done - 1, logits_row);
         sample(s, logits_row.data());
     }
-    retire();
-    deliver_finished();
-    publish_stats();
-    return true;
 }
 
 void Engine::Impl::publish_stats() {

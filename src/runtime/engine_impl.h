@@ -20,6 +20,7 @@
 #include "graph/scheduler.h"
 #include "runtime/engine.h"
 #include "runtime/kv_store_impl.h"
+#include "runtime/scheduler_impl.h"
 #include "runtime/sequence_impl.h"
 
 namespace minfer::runtime {
@@ -55,9 +56,21 @@ struct Engine::Impl {
 
     graph::Graph& prepare(int64_t n_tokens, int64_t n_out);
     bool step();
-    bool admit(Seq& s);
-    bool blocked(Seq& s);
-    void preempt(Seq& s);
+    // What one pass computed: the sequences whose last token it ran (each
+    // samples from its logits row) and the graph that holds the rows.
+    struct PassResult {
+        std::vector<std::pair<Seq*, int64_t>> want;  // (sequence, token index in the pass)
+        int64_t n_tok = 0, n_out = 0;
+        graph::Graph* g = nullptr;
+    };
+    // Intake: new requests queued as sequences, cancels applied. Returns
+    // whether anything happened.
+    bool take_incoming();
+    void enqueue(const std::shared_ptr<Request>& req);
+    // The plan's inputs filled, its pass run (the masks computed beside it).
+    PassResult run(const StepPlan& plan);
+    void fill_inputs(const StepPlan& plan, PassResult& pass);
+    void sample_pass(const PassResult& pass);
     void finish(Seq& s, FinishReason reason, std::string error = "");
     void deliver_finished();
     void apply_cancels(const std::vector<RequestId>& ids);
@@ -109,7 +122,11 @@ struct Engine::Impl {
     std::vector<RequestId> cancels;
     std::vector<std::pair<std::shared_ptr<Request>, RequestResult>> cancelled_queued;
     RequestId next_id = 1;
-    EngineStats stats;     // step thread's
+    EngineStats stats;  // step thread's
+    Scheduler sched{opt, kv, stats, [this](Seq& s) {
+                        return kv.copy_computed_cells(s, seqs, cache->allocator(),
+                                                      model.hp.n_embd_kv(), cparams.kv_type);
+                    }};
     EngineStats snapshot;  // published under mu
     int64_t finished_pending = 0;
 };
