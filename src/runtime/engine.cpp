@@ -80,17 +80,34 @@ EngineOptions checked(EngineOptions opt) {
 
 }  // namespace
 
-Engine::Impl::Impl(const model::Model& m, const EngineOptions& o)
-    : model(m), opt(checked(o)), kv(opt.n_ctx, opt.prefix_cache) {
-    cpu = backend::make_cpu_backend(opt.n_threads, opt.batch_invariant);
-    backends.push_back(cpu.get());
-    cache = std::make_unique<graph::GraphCache>(backends, opt.planner);
-    cparams.n_ctx = kv.n_ctx_cells();
-    cparams.fuse_qkv = opt.fuse.qkv;
-    cparams.fuse_ffn = opt.fuse.ffn;
-    cparams.kv_type = opt.kv_type_k;
-    cparams.kv_page = kPageCells;
+namespace {
 
+RunnerOptions runner_options(const EngineOptions& o) {
+    RunnerOptions r;
+    r.n_threads = o.n_threads;
+    r.batch_invariant = o.batch_invariant;
+    r.planner = o.planner;
+    r.max_graphs = 8;  // token-count buckets kept at once
+    return r;
+}
+
+graph::CParams engine_cparams(const EngineOptions& o, const KvStore& kv) {
+    graph::CParams c;
+    c.n_ctx = kv.n_ctx_cells();
+    c.fuse_qkv = o.fuse.qkv;
+    c.fuse_ffn = o.fuse.ffn;
+    c.kv_type = o.kv_type_k;
+    c.kv_page = kPageCells;
+    return c;
+}
+
+}  // namespace
+
+Engine::Impl::Impl(const model::Model& m, const EngineOptions& o)
+    : model(m),
+      opt(checked(o)),
+      kv(opt.n_ctx, opt.prefix_cache),
+      runner(m, runner_options(opt), engine_cparams(opt, kv)) {
     eog = opt.eog_ids;
     if (eog.empty()) {
         try {
@@ -112,32 +129,7 @@ graph::Graph& Engine::Impl::prepare(int64_t n_tokens, int64_t n_out) {
     params.n_out = n_out;
     params.n_seqs = n_tokens;
     params.kind = static_cast<int>(n_tokens * 65536 + n_out);
-    params.cparams = cparams;
-    graph_used[params.kind] = ++tick;
-    if (graph::Graph* g = cache->try_reuse(params)) return *g;
-    // Keep a bounded set of buckets: evict the least recently used.
-    while (cache->size() >= kMaxGraphs) {
-        auto victim =
-            std::min_element(graph_used.begin(), graph_used.end(),
-                             [&](const auto& a, const auto& b) { return a.second < b.second; });
-        cache->evict(victim->first);
-        plan_bytes.erase(victim->first);
-        graph_used.erase(victim);
-    }
-    model::BuildParams bp;
-    bp.n_tokens = n_tokens;
-    bp.n_out = n_out;
-    bp.n_ctx = cparams.n_ctx;
-    bp.kv_type = cparams.kv_type;
-    bp.kv_page = kPageCells;
-    bp.n_seqs = n_tokens;
-    graph::Graph g = model::build_graph(model, bp);
-    graph::assign_backends(g, backends, graph::Placement{});
-    graph::fuse(g, {.qkv = cparams.fuse_qkv, .ffn = cparams.fuse_ffn});
-    graph::Graph& stored = cache->replace(params, std::move(g));
-    plan_bytes[params.kind] = cache->allocator().plan_stats().pool_bytes;
-    ++graphs_built;
-    return stored;
+    return runner.prepare(params);
 }
 
 // ---- the mask thread ----------------------------------------------------------
@@ -366,7 +358,7 @@ bool Engine::Impl::step() {
 // more row that maps the trash page and store nothing.
 void Engine::Impl::fill_inputs(const StepPlan& plan, PassResult& pass) {
     const int64_t n_tok = plan.n_tok;
-    const int64_t per_seq = cparams.n_ctx / kPageCells;
+    const int64_t per_seq = runner.cparams().n_ctx / kPageCells;
     tok_ids.assign(static_cast<size_t>(n_tok), 0);
     positions.assign(static_cast<size_t>(n_tok), 0);
     cells.assign(static_cast<size_t>(n_tok), -1);
@@ -408,13 +400,12 @@ Engine::Impl::PassResult Engine::Impl::run(const StepPlan& plan) {
     fill_inputs(plan, pass);
     graph::Graph& g = prepare(pass.n_tok, pass.n_out);
     pass.g = &g;
-    graph::GraphAllocator& alloc = cache->allocator();
-    alloc.fill_input(g, "token_ids", tok_ids);
-    alloc.fill_input(g, "positions", positions);
-    alloc.fill_input(g, "kv_cells", cells);
-    alloc.fill_input(g, "kv_rows", rows);
-    alloc.fill_input(g, "kv_pages", page_rows);
-    if (pass.n_out < pass.n_tok) alloc.fill_input(g, "tail_ids", tail);
+    runner.fill(g, "token_ids", tok_ids);
+    runner.fill(g, "positions", positions);
+    runner.fill(g, "kv_cells", cells);
+    runner.fill(g, "kv_rows", rows);
+    runner.fill(g, "kv_pages", page_rows);
+    if (pass.n_out < pass.n_tok) runner.fill(g, "tail_ids", tail);
     // The constrained sequences' masks for this pass's samples, computed
     // while it runs; waited for before sampling (also when the pass throws:
     // the thread reads their samplers).
@@ -427,7 +418,7 @@ Engine::Impl::PassResult Engine::Impl::run(const StepPlan& plan) {
         ~WaitMasks() { m.wait(); }
     } wait_masks{mask_thread};
     mask_thread.start(mask_jobs);
-    scheduler.execute(g, alloc);
+    runner.execute(g);
     if (!mask_jobs.empty()) {
         const auto t_wait = Clock::now();
         mask_thread.wait();
@@ -440,19 +431,12 @@ Engine::Impl::PassResult Engine::Impl::run(const StepPlan& plan) {
 }
 
 void Engine::Impl::sample_pass(const PassResult& pass) {
-    graph::GraphAllocator& alloc = cache->allocator();
-    const graph::NodeId out_id = pass.g->outputs.at(0);
-    const backend::BufRef ref = *alloc.node_buffer(out_id);
-    const auto n_vocab = static_cast<size_t>(model.hp.n_vocab);
-    logits_row.resize(n_vocab);
+    logits_row.resize(static_cast<size_t>(model.hp.n_vocab));
     for (size_t i = 0; i < pass.want.size(); ++i) {
         Seq& s = *pass.want[i].first;
         const size_t out_row =
             pass.n_out == pass.n_tok ? static_cast<size_t>(pass.want[i].second) : i;
-        backend::BufRef row_ref = ref;
-        row_ref.offset += out_row * n_vocab * sizeof(float);
-        row_ref.len = n_vocab * sizeof(float);
-        alloc.backend(ref.backend).read_host(row_ref, logits_row.data(), row_ref.len);
+        runner.read_logits(*pass.g, static_cast<int64_t>(out_row), 1, logits_row.data());
         if (logits_hook) logits_hook(s.req->id, s.sample, s.n_done - 1, logits_row);
         sample(s, logits_row.data());
     }
@@ -473,10 +457,8 @@ void Engine::Impl::publish_stats() {
     stats.pages_cached = kv.pool().n_cached();
     stats.pages_free = kv.pool().n_free();
     stats.page_cells = kPageCells;
-    stats.graphs_built = graphs_built;
-    size_t act = 0;
-    for (const auto& [k, b] : plan_bytes) act += b;
-    stats.activation_bytes = act;
+    stats.graphs_built = runner.graphs_built();
+    stats.activation_bytes = runner.plan_bytes();
     snapshot = stats;
     finished_pending = static_cast<int64_t>(finished.size());
 }

@@ -15,11 +15,10 @@
 #include <vector>
 
 #include "graph/cache.h"
-#include "graph/fuse.h"
 #include "graph/kv_pages.h"
-#include "graph/scheduler.h"
 #include "runtime/engine.h"
 #include "runtime/kv_store_impl.h"
+#include "runtime/model_runner_impl.h"
 #include "runtime/scheduler_impl.h"
 #include "runtime/sequence_impl.h"
 
@@ -84,22 +83,11 @@ struct Engine::Impl {
 
     const model::Model& model;
     EngineOptions opt;
-    std::unique_ptr<backend::Backend> cpu;
-    std::vector<backend::Backend*> backends;
-    std::unique_ptr<graph::GraphCache> cache;
-    graph::Scheduler scheduler;
-    graph::CParams cparams;
     std::vector<int32_t> eog;
 
     KvStore kv;                              // pages of -c cells, shared by all sequences
+    ModelRunner runner;                      // graphs per token-count bucket, the KV regions
     std::vector<std::unique_ptr<Seq>> seqs;  // admitted or queued, never finished
-    uint64_t admit_counter = 0;
-
-    static constexpr size_t kMaxGraphs = 8;  // token-count buckets kept at once
-    std::map<int, uint64_t> graph_used;      // kind -> last use
-    std::map<int, size_t> plan_bytes;        // kind -> activation bytes of its plan
-    uint64_t tick = 0;
-    int64_t graphs_built = 0;
 
     // Reused per step.
     std::vector<int32_t> tok_ids, positions, cells, rows, page_rows, tail;
@@ -124,8 +112,9 @@ struct Engine::Impl {
     RequestId next_id = 1;
     EngineStats stats;  // step thread's
     Scheduler sched{opt, kv, stats, [this](Seq& s) {
-                        return kv.copy_computed_cells(s, seqs, cache->allocator(),
-                                                      model.hp.n_embd_kv(), cparams.kv_type);
+                        return kv.copy_computed_cells(s, seqs, runner.allocator(),
+                                                      model.hp.n_embd_kv(),
+                                                      runner.cparams().kv_type);
                     }};
     EngineStats snapshot;  // published under mu
     int64_t finished_pending = 0;
