@@ -1,30 +1,22 @@
 // The engine's step, as data (ARCHITECTURE.md "Growing it"):
-//   cancels -> admit (prefix pages mapped, prompt pages reserved) -> grow
-//   (a page per decoding sequence that fills its last one; preempt when the
-//   pool is empty) -> pack (every running sequence's next token, prompt
-//   chunks within n_batch) -> one forward pass over a token-count bucket
-//   (graphs cached per bucket) -> sample each sequence -> retire.
+//   intake (requests, cancels) -> schedule (runtime/scheduler: admit with
+//   prefix pages mapped and prompt pages reserved, grow with preemption,
+//   pack, cut to a token-count bucket) -> run (runtime/model_runner: one
+//   forward pass, graphs cached per bucket) -> sample each sequence -> retire.
 // The graph knows only token counts; which sequence a token belongs to, the
-// cell it writes and its sequence's pages reach it as named inputs.
+// cell it writes and its sequence's pages (runtime/kv_store) reach it as
+// named inputs.
 #include "runtime/engine.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
 
-#include "backend/factory.h"
-#include "graph/assign.h"
 #include "graph/cache.h"
-#include "graph/kv_pages.h"
-#include "graph/scheduler.h"
-#include "ir/kv_layout.h"
-#include "model/build.h"
 #include "runtime/engine_impl.h"
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"

@@ -1,16 +1,13 @@
-// One pass, as data (ARCHITECTURE.md "One decode step"):
-//   params -> GraphCache::try_reuse, else build -> assign -> fuse -> replace
-//   -> fill inputs by name -> Scheduler::execute -> read the logits rows.
+// One sequence on the model runner (runtime/model_runner_impl.h): its pages
+// in order (the page table is the identity), each pass's inputs filled by
+// name, the memory report's counters kept per pass.
 #include "runtime/session.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "backend/factory.h"
 #include "graph/cache.h"
 #include "graph/kv_pages.h"
-#include "graph/scheduler.h"
-#include "model/build.h"
 #include "runtime/session_impl.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
