@@ -134,11 +134,7 @@ void dump_state(runtime::Session& session, const std::vector<float>& logits, int
             const size_t es = row_bytes / static_cast<size_t>(row);
             const auto n_cells = static_cast<int64_t>(buf.size() / row_bytes);
             rows.resize(buf.size());
-            for (int64_t c = 0; c < n_cells; ++c)
-                for (int64_t e = 0; e < row; ++e)
-                    std::memcpy(rows.data() + static_cast<size_t>(c * row + e) * es,
-                                buf.data() + static_cast<size_t>(graph::k_index(c, e, row)) * es,
-                                es);
+            graph::k_cells_as_rows(rows.data(), buf.data(), n_cells, row, es);
             buf.swap(rows);
         }
         write_raw(dir + "/" + file, buf.data(), buf.size());

@@ -1,30 +1,22 @@
 // The engine's step, as data (ARCHITECTURE.md "Growing it"):
-//   cancels -> admit (prefix pages mapped, prompt pages reserved) -> grow
-//   (a page per decoding sequence that fills its last one; preempt when the
-//   pool is empty) -> pack (every running sequence's next token, prompt
-//   chunks within n_batch) -> one forward pass over a token-count bucket
-//   (graphs cached per bucket) -> sample each sequence -> retire.
+//   intake (requests, cancels) -> schedule (runtime/scheduler: admit with
+//   prefix pages mapped and prompt pages reserved, grow with preemption,
+//   pack, cut to a token-count bucket) -> run (runtime/model_runner: one
+//   forward pass, graphs cached per bucket) -> sample each sequence -> retire.
 // The graph knows only token counts; which sequence a token belongs to, the
-// cell it writes and its sequence's pages reach it as named inputs.
+// cell it writes and its sequence's pages (runtime/kv_store) reach it as
+// named inputs.
 #include "runtime/engine.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
 
-#include "backend/factory.h"
-#include "graph/assign.h"
 #include "graph/cache.h"
-#include "graph/kv_pages.h"
-#include "graph/scheduler.h"
-#include "ir/kv_layout.h"
-#include "model/build.h"
 #include "runtime/engine_impl.h"
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
@@ -36,36 +28,9 @@ namespace minfer::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int32_t P = graph::kKvPageCells;
 
 double ms_since(Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-// A pass costs about as much as this many more tokens in a pass: every
-// pass streams all the weights, which takes as long as computing ~12 tokens
-// (Qwen2.5-0.5B Q8_0 on 2 Zen 5 cores: ~12 ms against ~1 ms a prompt token;
-// the ratio hardly depends on the model's size, both scale with its
-// weights). So padding a pass by fewer tokens beats cutting them off into
-// passes of their own: a 40-token prompt joining a running decode pads 41 to
-// 48 in one pass rather than taking four passes (of 32, 8, 2 and 2 tokens).
-constexpr int64_t kPassTokens = 12;
-
-// Token-count buckets: powers of two and 1.5x powers of two, so padding
-// wastes at most a third and a steady workload reuses a handful of graphs.
-int64_t bucket_up(int64_t n, int64_t cap) {
-    for (int64_t p = 1;; p *= 2) {
-        if (p >= n) return std::min(p, cap);
-        if (p >= 4 && p + p / 2 >= n) return std::min(p + p / 2, cap);
-    }
-}
-int64_t bucket_down(int64_t n) {
-    int64_t best = 1;
-    for (int64_t p = 1; p <= n; p *= 2) {
-        best = p;
-        if (p >= 4 && p + p / 2 <= n) best = p + p / 2;
-    }
-    return best;
 }
 
 }  // namespace
@@ -86,7 +51,10 @@ const char* finish_reason_name(FinishReason r) {
     return "?";
 }
 
-Engine::Impl::Impl(const model::Model& m, const EngineOptions& o) : model(m), opt(o) {
+namespace {
+
+// The options, checked, with the defaults filled in.
+EngineOptions checked(EngineOptions opt) {
     if (opt.n_ctx < 1) throw Error("the context size (-c) must be at least 1");
     if (opt.n_batch < 1) throw Error("the batch size (-b) must be at least 1");
     if (opt.n_batch > (1 << 15)) throw Error("the batch size (-b) is limited to 32768 tokens");
@@ -99,20 +67,39 @@ Engine::Impl::Impl(const model::Model& m, const EngineOptions& o) : model(m), op
         throw Error("the KV cache type must be f32 or f16, got " +
                     std::string(tensor::dtype_name(opt.kv_type_k)));
     if (opt.n_threads <= 0) opt.n_threads = ThreadPool::physical_cores();
-    n_pages = static_cast<int32_t>((opt.n_ctx + P - 1) / P);
-    trash_page = n_pages;  // one page more: never written, read by padding tokens
-    pool = std::make_unique<graph::KvPagePool>(n_pages);
-    page_tokens.assign(static_cast<size_t>(n_pages), {});
+    return opt;
+}
 
-    cpu = backend::make_cpu_backend(opt.n_threads, opt.batch_invariant);
-    backends.push_back(cpu.get());
-    cache = std::make_unique<graph::GraphCache>(backends, opt.planner);
-    cparams.n_ctx = int64_t{n_pages + 1} * P;
-    cparams.fuse_qkv = opt.fuse.qkv;
-    cparams.fuse_ffn = opt.fuse.ffn;
-    cparams.kv_type = opt.kv_type_k;
-    cparams.kv_page = P;
+}  // namespace
 
+namespace {
+
+RunnerOptions runner_options(const EngineOptions& o) {
+    RunnerOptions r;
+    r.n_threads = o.n_threads;
+    r.batch_invariant = o.batch_invariant;
+    r.planner = o.planner;
+    r.max_graphs = 8;  // token-count buckets kept at once
+    return r;
+}
+
+graph::CParams engine_cparams(const EngineOptions& o, const KvStore& kv) {
+    graph::CParams c;
+    c.n_ctx = kv.n_ctx_cells();
+    c.fuse_qkv = o.fuse.qkv;
+    c.fuse_ffn = o.fuse.ffn;
+    c.kv_type = o.kv_type_k;
+    c.kv_page = kPageCells;
+    return c;
+}
+
+}  // namespace
+
+Engine::Impl::Impl(const model::Model& m, const EngineOptions& o)
+    : model(m),
+      opt(checked(o)),
+      kv(opt.n_ctx, opt.prefix_cache),
+      runner(m, runner_options(opt), engine_cparams(opt, kv)) {
     eog = opt.eog_ids;
     if (eog.empty()) {
         try {
@@ -134,268 +121,7 @@ graph::Graph& Engine::Impl::prepare(int64_t n_tokens, int64_t n_out) {
     params.n_out = n_out;
     params.n_seqs = n_tokens;
     params.kind = static_cast<int>(n_tokens * 65536 + n_out);
-    params.cparams = cparams;
-    graph_used[params.kind] = ++tick;
-    if (graph::Graph* g = cache->try_reuse(params)) return *g;
-    // Keep a bounded set of buckets: evict the least recently used.
-    while (cache->size() >= kMaxGraphs) {
-        auto victim =
-            std::min_element(graph_used.begin(), graph_used.end(),
-                             [&](const auto& a, const auto& b) { return a.second < b.second; });
-        cache->evict(victim->first);
-        plan_bytes.erase(victim->first);
-        graph_used.erase(victim);
-    }
-    model::BuildParams bp;
-    bp.n_tokens = n_tokens;
-    bp.n_out = n_out;
-    bp.n_ctx = cparams.n_ctx;
-    bp.kv_type = cparams.kv_type;
-    bp.kv_page = P;
-    bp.n_seqs = n_tokens;
-    graph::Graph g = model::build_graph(model, bp);
-    graph::assign_backends(g, backends, graph::Placement{});
-    graph::fuse(g, {.qkv = cparams.fuse_qkv, .ffn = cparams.fuse_ffn});
-    graph::Graph& stored = cache->replace(params, std::move(g));
-    plan_bytes[params.kind] = cache->allocator().plan_stats().pool_bytes;
-    ++graphs_built;
-    return stored;
-}
-
-// ---- pages of one sequence ------------------------------------------------
-
-// The hash chain of the first n full pages of a sequence's tokens (with the
-// prefix cache off, salted by the request: nothing is found across requests).
-std::vector<uint64_t> Engine::Impl::page_hashes(const Seq& s, int64_t n) const {
-    std::vector<uint64_t> hashes(static_cast<size_t>(n));
-    uint64_t h = opt.prefix_cache ? 0 : 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s.req->id);
-    for (int64_t i = 0; i < n; ++i)
-        hashes[static_cast<size_t>(i)] = h = graph::page_hash(h, s.tokens.data() + i * P, P);
-    return hashes;
-}
-
-// Indexes page i of a sequence under `hash` and keeps its tokens (an
-// admission checks them against its own). False when the hash is indexed
-// already (the page stays unindexed).
-bool Engine::Impl::index_page(const Seq& s, int64_t i, uint64_t hash) {
-    const int32_t p = s.pages[static_cast<size_t>(i)];
-    if (!pool->publish(p, hash)) return false;
-    page_tokens[static_cast<size_t>(p)].assign(s.tokens.begin() + i * P,
-                                               s.tokens.begin() + (i + 1) * P);
-    return true;
-}
-
-// Marks the indexed pages this sequence filled itself (past its mapped ones)
-// ready, as far as its cells are written: waiters may map them now.
-void Engine::Impl::mark_filled_pages_ready(const Seq& s) {
-    for (int64_t i = s.n_hit_pages; i < s.n_done / P; ++i) {
-        const int32_t p = s.pages[static_cast<size_t>(i)];
-        if (pool->published(p) && !pool->ready(p)) pool->mark_ready(p);
-    }
-}
-
-void Engine::Impl::release_pages(Seq& s) {
-    // Every page whose cells are all computed goes to the index if it is not
-    // there (pages filled while generating, and the prompt's last full
-    // page): when nobody holds it, it stays cached, so a chat that goes on
-    // from this reply, or this sequence admitted again after a preemption,
-    // maps it instead of computing it.
-    const int64_t n_full = std::min<int64_t>(s.n_done / P, static_cast<int64_t>(s.pages.size()));
-    const std::vector<uint64_t> hashes =
-        opt.prefix_cache ? page_hashes(s, n_full) : std::vector<uint64_t>{};
-    for (size_t i = 0; i < s.pages.size(); ++i) {
-        const int32_t p = s.pages[i];
-        // A prompt page this sequence was still filling: nobody else will
-        // fill it, so it leaves the index (waiters see it and recompute).
-        if (static_cast<int64_t>(i) >= s.n_hit_pages && pool->published(p) && !pool->ready(p))
-            pool->unpublish(p);
-        if (i < hashes.size() && !pool->published(p) &&
-            index_page(s, static_cast<int64_t>(i), hashes[i]))
-            pool->mark_ready(p);
-        pool->unref(p);
-    }
-    s.pages.clear();
-    s.n_hit_pages = 0;
-    s.n_done = 0;
-}
-
-bool Engine::Impl::admit(Seq& s) {
-    const auto n_tok = static_cast<int64_t>(s.tokens.size());
-    // Full pages before the last token (the last is always computed: its
-    // logits are the next sample's).
-    const int64_t n_full = (n_tok - 1) / P;
-    const std::vector<uint64_t> hashes = page_hashes(s, n_full);
-    // Map the longest run of indexed pages whose tokens match.
-    std::vector<int32_t> hit;
-    for (int64_t i = 0; i < n_full; ++i) {
-        const int32_t p = pool->lookup(hashes[static_cast<size_t>(i)]);
-        if (p < 0) break;
-        const auto& pt = page_tokens[static_cast<size_t>(p)];
-        if (!std::equal(pt.begin(), pt.end(), s.tokens.begin() + i * P,
-                        s.tokens.begin() + (i + 1) * P) ||
-            pt.size() != static_cast<size_t>(P))
-            break;
-        hit.push_back(p);
-    }
-    const int64_t need = (n_tok + P - 1) / P - static_cast<int64_t>(hit.size());
-    // Pages the hits take out of the cached list do not count as available.
-    int64_t hit_cached = 0;
-    for (int32_t p : hit)
-        if (pool->refs(p) == 0) ++hit_cached;
-    if (pool->available() - hit_cached < need) return false;
-    for (int32_t p : hit) pool->ref(p);
-    s.pages = hit;
-    s.n_hit_pages = static_cast<int64_t>(hit.size());
-    s.n_done = s.n_hit_pages * P;
-    for (int64_t i = s.n_hit_pages; i < s.n_hit_pages + need; ++i) {
-        const int32_t p = pool->take();
-        MINFER_ASSERT(p >= 0);
-        s.pages.push_back(p);
-        if (i < n_full) {
-            // Indexed at once, not ready: a sequence admitted a moment later
-            // with the same prefix maps it and waits for it.
-            index_page(s, i, hashes[static_cast<size_t>(i)]);
-        }
-    }
-    if (opt.prefix_cache) {
-        s.n_done += copy_computed_cells(s);
-        mark_filled_pages_ready(s);  // pages the copy filled whole
-    }
-    if (!s.ever_admitted) {
-        s.cached_tokens = s.n_done;
-        s.t_admit = Clock::now();
-        stats.prefix_hit_tokens += s.n_done;
-        stats.prefix_lookup_tokens += n_tok - 1;
-        s.ever_admitted = true;
-    }
-    s.admit_order = ++admit_counter;
-    s.state = Seq::State::Running;
-    return true;
-}
-
-// Past its mapped pages, the longest run of this prompt that a running
-// sequence has computed already — the tokens after its last full prompt page
-// (only full pages are indexed), or pages it filled while generating (a chat
-// that goes on from its reply) — copied cell by cell into this sequence's
-// own pages, as vLLM copies a shared block a fork writes into. The cells are
-// bitwise those this sequence would compute (a token's K and V depend only
-// on it and the tokens before it: batch invariance), so the copy changes no
-// result. A copy at admission, a few cells per layer: what it saves is a
-// pass's worth of tokens (a 1,000-token shared prefix leaves 8 of them after
-// its 31 full pages). The last prompt token is always computed (its logits
-// are the first sample's). Returns the cells copied.
-int64_t Engine::Impl::copy_computed_cells(Seq& s) {
-    const int64_t from = s.n_done;
-    const int64_t limit = static_cast<int64_t>(s.tokens.size()) - 1;
-    const Seq* donor = nullptr;
-    int64_t best = from;
-    for (const auto& o : seqs) {
-        if (o.get() == &s || o->state != Seq::State::Running) continue;
-        // Its cells, as far as they are written: a mapped page counts once
-        // it is ready (one its filler gave up on stays unwritten until the
-        // sequence notices and recomputes it).
-        int64_t done = o->n_done;  // o->tokens holds at least n_done
-        for (int64_t i = 0; i < o->n_hit_pages; ++i)
-            if (!pool->ready(o->pages[static_cast<size_t>(i)])) {
-                done = std::min(done, i * P);
-                break;
-            }
-        const int64_t avail = std::min(done, limit);
-        if (avail <= best ||
-            !std::equal(s.tokens.begin(), s.tokens.begin() + from, o->tokens.begin()))
-            continue;
-        int64_t m = from;
-        while (m < avail && s.tokens[static_cast<size_t>(m)] == o->tokens[static_cast<size_t>(m)])
-            ++m;
-        if (m > best) {
-            best = m;
-            donor = o.get();
-        }
-    }
-    if (donor == nullptr) return 0;
-    graph::GraphAllocator& alloc = cache->allocator();
-    const int64_t n_kv_embd = model.hp.n_embd_kv();
-    const size_t row = tensor::row_size(cparams.kv_type, n_kv_embd);
-    const size_t es = row / static_cast<size_t>(n_kv_embd);  // f32 or f16
-    static_assert(P % graph::kKBlockCells == 0, "a page is whole K blocks");
-    for (const auto& region : alloc.persistent()) {  // every layer's K and V
-        backend::Backend& be = alloc.backend(region.ref.backend);
-        for (int64_t p = from; p < best;) {
-            const auto j = static_cast<size_t>(p / P);
-            const int64_t in = p % P, n = std::min<int64_t>(best - p, P - in);
-            backend::BufRef src = region.ref, dst = region.ref;
-            if (!region.is_k) {  // V: the cells' rows, one contiguous range
-                src.offset += static_cast<size_t>(donor->pages[j] * P + in) * row;
-                dst.offset += static_cast<size_t>(s.pages[j] * P + in) * row;
-                src.len = dst.len = static_cast<size_t>(n) * row;
-            } else {  // K: both pages whole, the cells patched element by element
-                src.offset += static_cast<size_t>(donor->pages[j] * P) * row;
-                dst.offset += static_cast<size_t>(s.pages[j] * P) * row;
-                src.len = dst.len = static_cast<size_t>(P) * row;
-            }
-            MINFER_ASSERT(std::max(src.offset, dst.offset) + src.len <=
-                          region.ref.offset + region.ref.len);
-            copy_staging.resize(src.len);
-            be.read_host(src, copy_staging.data(), src.len);
-            if (region.is_k) {
-                // the page starts a K block, so cell c's elements are at
-                // k_index(c, e) from the page's start
-                own_page_staging.resize(dst.len);
-                be.read_host(dst, own_page_staging.data(), dst.len);
-                for (int64_t c = in; c < in + n;) {
-                    const int64_t m =
-                        std::min(in + n - c, graph::kKBlockCells - c % graph::kKBlockCells);
-                    for (int64_t e = 0; e < n_kv_embd; ++e) {
-                        const size_t at = static_cast<size_t>(graph::k_index(c, e, n_kv_embd)) * es;
-                        std::memcpy(own_page_staging.data() + at, copy_staging.data() + at,
-                                    static_cast<size_t>(m) * es);
-                    }
-                    c += m;
-                }
-                copy_staging.swap(own_page_staging);
-            }
-            be.write_host(dst, copy_staging.data(), dst.len);
-            p += n;
-        }
-    }
-    stats.copied_cells += best - from;
-    return best - from;
-}
-
-// A running sequence that still waits for shared pages: true while one of
-// them is not ready. A page its filler gave up on (unindexed, not ready) is
-// dropped with every page after it and recomputed by this sequence.
-bool Engine::Impl::blocked(Seq& s) {
-    for (int64_t i = 0; i < s.n_hit_pages; ++i) {
-        const int32_t p = s.pages[static_cast<size_t>(i)];
-        if (pool->ready(p)) continue;
-        if (pool->published(p)) return true;
-        // Orphaned: recompute from page i on, in fresh pages.
-        const auto n_keep = static_cast<size_t>(i);
-        for (size_t j = n_keep; j < s.pages.size(); ++j) pool->unref(s.pages[j]);
-        const int64_t n_more = static_cast<int64_t>(s.pages.size() - n_keep);
-        s.pages.resize(n_keep);
-        s.n_hit_pages = i;
-        s.n_done = i * P;
-        s.cached_tokens = std::min(s.cached_tokens, s.n_done);
-        for (int64_t j = 0; j < n_more; ++j) {
-            const int32_t np = pool->take();
-            if (np < 0) {
-                preempt(s);
-                return true;
-            }
-            s.pages.push_back(np);
-        }
-        return false;
-    }
-    return false;
-}
-
-void Engine::Impl::preempt(Seq& s) {
-    release_pages(s);
-    s.state = Seq::State::Queued;
-    s.admit_order = 0;
-    ++stats.preemptions;
+    return runner.prepare(params);
 }
 
 // ---- the mask thread ----------------------------------------------------------
@@ -451,7 +177,7 @@ void MaskThread::loop() {
 
 void Engine::Impl::finish(Seq& s, FinishReason reason, std::string error) {
     if (s.state == Seq::State::Finished) return;
-    release_pages(s);
+    kv.release_pages(s);
     s.state = Seq::State::Finished;
     RequestResult r;
     r.sample = s.sample;
@@ -557,7 +283,7 @@ bool Engine::Impl::sample(Seq& s, const float* logits) {
 
 // ---- one step ------------------------------------------------------------------
 
-bool Engine::Impl::step() {
+bool Engine::Impl::take_incoming() {
     std::vector<std::shared_ptr<Request>> fresh;
     std::vector<RequestId> cancel_ids;
     {
@@ -567,186 +293,116 @@ bool Engine::Impl::step() {
     }
     bool did = !finished.empty() || !fresh.empty();
     deliver_finished();
-    for (auto& req : fresh) {
-        for (int32_t k = 0; k < req->params.n_samples; ++k) {
-            auto s = std::make_unique<Seq>();
-            s->req = req;
-            s->sample = k;
-            s->tokens = req->params.prompt;
-            SequenceSampling sp;
-            sp.sampler = req->params.sampling;
-            sp.sampler.seed += static_cast<uint64_t>(k);  // forks draw differently
-            sp.presence_penalty = req->params.presence_penalty;
-            sp.frequency_penalty = req->params.frequency_penalty;
-            sp.ignore_eos = req->params.ignore_eos;
-            sp.constraint = req->params.constraint;
-            s->sampler = std::make_unique<SequenceSampler>(sp, eog);
-            s->sampler->start_reply(s->tokens);
-            stats.prompt_tokens += static_cast<int64_t>(s->tokens.size());
-            seqs.push_back(std::move(s));
-        }
-    }
+    for (auto& req : fresh) enqueue(req);
     if (!cancel_ids.empty()) {
         apply_cancels(cancel_ids);
         did = true;
     }
+    return did;
+}
 
-    // Admit in order (preempted sequences were put first), while fewer than
-    // n_parallel run and their pages fit; the first that does not fit waits
-    // and so do all after it (no overtaking).
-    int64_t running = 0;
-    for (auto& s : seqs) running += s->state == Seq::State::Running;
-    std::stable_sort(seqs.begin(), seqs.end(), [](const auto& a, const auto& b) {
-        // running first, by admission; then queued: preempted (admitted
-        // before) first, then by arrival
-        auto key = [](const Seq& s) {
-            return std::make_pair(s.state == Seq::State::Running ? 0
-                                  : s.ever_admitted              ? 1
-                                                                 : 2,
-                                  s.state == Seq::State::Running ? s.admit_order : 0);
-        };
-        return key(*a) < key(*b);
-    });
-    for (auto& s : seqs) {
-        if (s->state != Seq::State::Queued) continue;
-        if (running >= opt.n_parallel) break;
-        if (!admit(*s)) {
-            if (running == 0) {
-                // Even an empty cache cannot hold it (pages held by nobody
-                // are all available): it can never run.
-                finish(*s, FinishReason::ContextFull, "");
-                continue;
-            }
-            break;
-        }
-        ++running;
+// A sequence per sample of the request, each with its own sampler.
+void Engine::Impl::enqueue(const std::shared_ptr<Request>& req) {
+    for (int32_t k = 0; k < req->params.n_samples; ++k) {
+        auto s = std::make_unique<Seq>();
+        s->req = req;
+        s->sample = k;
+        s->tokens = req->params.prompt;
+        SequenceSampling sp;
+        sp.sampler = req->params.sampling;
+        sp.sampler.seed += static_cast<uint64_t>(k);  // forks draw differently
+        sp.presence_penalty = req->params.presence_penalty;
+        sp.frequency_penalty = req->params.frequency_penalty;
+        sp.ignore_eos = req->params.ignore_eos;
+        sp.constraint = req->params.constraint;
+        s->sampler = std::make_unique<SequenceSampler>(sp, eog);
+        s->sampler->start_reply(s->tokens);
+        stats.prompt_tokens += static_cast<int64_t>(s->tokens.size());
+        seqs.push_back(std::move(s));
     }
+}
 
-    // Grow: a decoding sequence whose next cell starts a page needs one.
-    // When the pool is empty, preempt the most recently admitted running
-    // sequence (its pages back, recomputed later), possibly itself.
-    for (size_t i = 0; i < seqs.size(); ++i) {
-        Seq& s = *seqs[i];
-        if (s.state != Seq::State::Running) continue;
-        while (s.state == Seq::State::Running &&
-               static_cast<int64_t>(s.pages.size()) * P < static_cast<int64_t>(s.tokens.size())) {
-            const int32_t p = pool->take();
-            if (p >= 0) {
-                s.pages.push_back(p);
-                break;
-            }
-            Seq* victim = nullptr;
-            for (auto& o : seqs)
-                if (o->state == Seq::State::Running &&
-                    (!victim || o->admit_order > victim->admit_order))
-                    victim = o.get();
-            preempt(*victim);
-        }
-    }
-
-    // Pack: decode tokens first (one per sequence), then prompt chunks.
-    struct Work {
-        Seq* seq;
-        int64_t from, n;
-    };
-    std::vector<Work> work;
-    int64_t n_real = 0, n_decode = 0;
-    bool hold_decode = false;
-    if (opt.prefill_first)
-        for (auto& s : seqs)
-            if (s->state == Seq::State::Running &&
-                (static_cast<int64_t>(s->tokens.size()) - s->n_done > 1 || blocked(*s)))
-                hold_decode = true;
-    for (int pass = hold_decode ? 1 : 0; pass < 2; ++pass) {
-        for (auto& s : seqs) {
-            if (s->state != Seq::State::Running || n_real >= opt.n_batch) continue;
-            if (blocked(*s) || s->state != Seq::State::Running) continue;
-            const int64_t left = static_cast<int64_t>(s->tokens.size()) - s->n_done;
-            if ((left == 1) != (pass == 0)) continue;
-            const int64_t n = std::min(left, opt.n_batch - n_real);
-            work.push_back({s.get(), s->n_done, n});
-            n_real += n;
-            if (pass == 0) ++n_decode;
-        }
-    }
-    if (work.empty()) {
+bool Engine::Impl::step() {
+    bool did = take_incoming();
+    const StepPlan plan = sched.schedule(seqs);
+    for (Seq* s : plan.rejected) finish(*s, FinishReason::ContextFull, "");
+    if (plan.work.empty()) {
         retire();
         did |= !finished.empty();
         deliver_finished();
         publish_stats();
         return did;
     }
-    // Bucket: pad up to the next bucket, unless prompt tokens can be cut to
-    // the bucket below (left for the next pass) because the padding would
-    // waste more than an eighth of the pass and more than kPassTokens.
-    int64_t n_tok = bucket_up(n_real, opt.n_batch);
-    if (n_tok > n_real && n_real > n_decode) {
-        const int64_t down = bucket_down(n_real), pad = n_tok - n_real;
-        if (pad * 8 > n_real && pad > kPassTokens && down >= n_decode + 1) {
-            int64_t cut = n_real - down;
-            for (auto it = work.rbegin(); it != work.rend() && cut > 0; ++it) {
-                if (it->n == 1 && it->from + 1 == static_cast<int64_t>(it->seq->tokens.size()))
-                    continue;  // a decode token
-                const int64_t c = std::min(cut, it->n);
-                it->n -= c;
-                cut -= c;
-            }
-            work.erase(
-                std::remove_if(work.begin(), work.end(), [](const Work& w) { return w.n == 0; }),
-                work.end());
-            n_real = down;
-            n_tok = down;
-        }
+    const PassResult pass = run(plan);
+    // KV written: advance, mark filled prompt pages ready.
+    for (const SeqWork& w : plan.work) {
+        w.seq->n_done = w.from + w.n;
+        kv.mark_filled_pages_ready(*w.seq);
     }
+    sample_pass(pass);
+    retire();
+    deliver_finished();
+    publish_stats();
+    return true;
+}
 
-    // Inputs. Each sequence of the pass gets a page-table row; padding
-    // tokens use one more row that maps the trash page and store nothing.
-    const int64_t per_seq = cparams.n_ctx / P;
+// Each sequence of the pass gets a page-table row; padding tokens use one
+// more row that maps the trash page and store nothing.
+void Engine::Impl::fill_inputs(const StepPlan& plan, PassResult& pass) {
+    const int64_t n_tok = plan.n_tok;
+    const int64_t per_seq = runner.cparams().n_ctx / kPageCells;
     tok_ids.assign(static_cast<size_t>(n_tok), 0);
     positions.assign(static_cast<size_t>(n_tok), 0);
     cells.assign(static_cast<size_t>(n_tok), -1);
     rows.assign(static_cast<size_t>(n_tok), 0);
-    page_rows.assign(static_cast<size_t>(n_tok * per_seq), trash_page);
-    std::vector<std::pair<Seq*, int64_t>> want;  // (sequence, token index in the pass)
+    page_rows.assign(static_cast<size_t>(n_tok * per_seq), kv.trash_page());
     int64_t t = 0, r = 0;
-    for (const Work& w : work) {
+    for (const SeqWork& w : plan.work) {
         Seq& s = *w.seq;
         std::copy(s.pages.begin(), s.pages.end(), page_rows.begin() + r * per_seq);
         for (int64_t i = 0; i < w.n; ++i, ++t) {
             const int64_t p = w.from + i;
             tok_ids[static_cast<size_t>(t)] = s.tokens[static_cast<size_t>(p)];
             positions[static_cast<size_t>(t)] = static_cast<int32_t>(p);
-            cells[static_cast<size_t>(t)] = s.pages[static_cast<size_t>(p / P)] * P + p % P;
+            cells[static_cast<size_t>(t)] =
+                s.pages[static_cast<size_t>(p / kPageCells)] * kPageCells + p % kPageCells;
             rows[static_cast<size_t>(t)] = static_cast<int32_t>(r);
         }
-        if (w.from + w.n == static_cast<int64_t>(s.tokens.size())) want.emplace_back(&s, t - 1);
+        if (w.from + w.n == static_cast<int64_t>(s.tokens.size()))
+            pass.want.emplace_back(&s, t - 1);
         ++r;
     }
     for (; t < n_tok; ++t) rows[static_cast<size_t>(t)] = static_cast<int32_t>(r);
-    const int64_t n_want = std::max<int64_t>(1, static_cast<int64_t>(want.size()));
+    const int64_t n_want = std::max<int64_t>(1, static_cast<int64_t>(pass.want.size()));
     // Logits rows: a power of two (fewer graph shapes), the wanted rows first.
-    int64_t n_out = 1;
-    while (n_out < n_want) n_out *= 2;
-    n_out = std::min(n_out, n_tok);
-
-    graph::Graph& g = prepare(n_tok, n_out);
-    graph::GraphAllocator& alloc = cache->allocator();
-    alloc.fill_input(g, "token_ids", tok_ids);
-    alloc.fill_input(g, "positions", positions);
-    alloc.fill_input(g, "kv_cells", cells);
-    alloc.fill_input(g, "kv_rows", rows);
-    alloc.fill_input(g, "kv_pages", page_rows);
-    if (n_out < n_tok) {
-        tail.assign(static_cast<size_t>(n_out),
+    pass.n_tok = n_tok;
+    pass.n_out = 1;
+    while (pass.n_out < n_want) pass.n_out *= 2;
+    pass.n_out = std::min(pass.n_out, n_tok);
+    if (pass.n_out < n_tok) {
+        const auto& want = pass.want;
+        tail.assign(static_cast<size_t>(pass.n_out),
                     want.empty() ? 0 : static_cast<int32_t>(want.back().second));
         for (size_t i = 0; i < want.size(); ++i) tail[i] = static_cast<int32_t>(want[i].second);
-        alloc.fill_input(g, "tail_ids", tail);
     }
+}
+
+Engine::Impl::PassResult Engine::Impl::run(const StepPlan& plan) {
+    PassResult pass;
+    fill_inputs(plan, pass);
+    graph::Graph& g = prepare(pass.n_tok, pass.n_out);
+    pass.g = &g;
+    runner.fill(g, "token_ids", tok_ids);
+    runner.fill(g, "positions", positions);
+    runner.fill(g, "kv_cells", cells);
+    runner.fill(g, "kv_rows", rows);
+    runner.fill(g, "kv_pages", page_rows);
+    if (pass.n_out < pass.n_tok) runner.fill(g, "tail_ids", tail);
     // The constrained sequences' masks for this pass's samples, computed
     // while it runs; waited for before sampling (also when the pass throws:
     // the thread reads their samplers).
     mask_jobs.clear();
-    for (const auto& [s, t_index] : want)
+    for (const auto& [s, t_index] : pass.want)
         if (s->sampler->constrained() && !s->sampler->mask_ready())
             mask_jobs.push_back(s->sampler.get());
     struct WaitMasks {
@@ -754,41 +410,28 @@ bool Engine::Impl::step() {
         ~WaitMasks() { m.wait(); }
     } wait_masks{mask_thread};
     mask_thread.start(mask_jobs);
-    scheduler.execute(g, alloc);
+    runner.execute(g);
     if (!mask_jobs.empty()) {
         const auto t_wait = Clock::now();
         mask_thread.wait();
         stats.mask_wait_ms += ms_since(t_wait);
     }
     ++stats.steps;
-    stats.last_pass_decode_tokens = n_decode;
-    stats.last_pass_prompt_tokens = n_real - n_decode;
+    stats.last_pass_decode_tokens = plan.n_decode;
+    stats.last_pass_prompt_tokens = plan.n_real - plan.n_decode;
+    return pass;
+}
 
-    // KV written: advance, mark filled prompt pages ready.
-    for (const Work& w : work) {
-        Seq& s = *w.seq;
-        s.n_done = w.from + w.n;
-        mark_filled_pages_ready(s);
-    }
-    // Sample.
-    const graph::NodeId out_id = g.outputs.at(0);
-    const backend::BufRef ref = *alloc.node_buffer(out_id);
-    const auto n_vocab = static_cast<size_t>(model.hp.n_vocab);
-    logits_row.resize(n_vocab);
-    for (size_t i = 0; i < want.size(); ++i) {
-        Seq& s = *want[i].first;
-        const size_t out_row = n_out == n_tok ? static_cast<size_t>(want[i].second) : i;
-        backend::BufRef row_ref = ref;
-        row_ref.offset += out_row * n_vocab * sizeof(float);
-        row_ref.len = n_vocab * sizeof(float);
-        alloc.backend(ref.backend).read_host(row_ref, logits_row.data(), row_ref.len);
+void Engine::Impl::sample_pass(const PassResult& pass) {
+    logits_row.resize(static_cast<size_t>(model.hp.n_vocab));
+    for (size_t i = 0; i < pass.want.size(); ++i) {
+        Seq& s = *pass.want[i].first;
+        const size_t out_row =
+            pass.n_out == pass.n_tok ? static_cast<size_t>(pass.want[i].second) : i;
+        runner.read_logits(*pass.g, static_cast<int64_t>(out_row), 1, logits_row.data());
         if (logits_hook) logits_hook(s.req->id, s.sample, s.n_done - 1, logits_row);
         sample(s, logits_row.data());
     }
-    retire();
-    deliver_finished();
-    publish_stats();
-    return true;
 }
 
 void Engine::Impl::publish_stats() {
@@ -801,43 +444,19 @@ void Engine::Impl::publish_stats() {
         else
             ++stats.waiting;
     }
-    stats.pages_total = n_pages;
-    stats.pages_used = pool->n_used();
-    stats.pages_cached = pool->n_cached();
-    stats.pages_free = pool->n_free();
-    stats.page_cells = P;
-    stats.graphs_built = graphs_built;
-    size_t act = 0;
-    for (const auto& [k, b] : plan_bytes) act += b;
-    stats.activation_bytes = act;
+    stats.pages_total = kv.n_pages();
+    stats.pages_used = kv.pool().n_used();
+    stats.pages_cached = kv.pool().n_cached();
+    stats.pages_free = kv.pool().n_free();
+    stats.page_cells = kPageCells;
+    stats.graphs_built = runner.graphs_built();
+    stats.activation_bytes = runner.plan_bytes();
     snapshot = stats;
     finished_pending = static_cast<int64_t>(finished.size());
 }
 
 void Engine::Impl::check_pages() const {
-    std::vector<int32_t> holders(static_cast<size_t>(n_pages), 0);
-    for (const auto& s : seqs) {
-        if (s->state != Seq::State::Running && !s->pages.empty())
-            throw Error("KV pages: a sequence that is not running holds pages");
-        if (s->state == Seq::State::Running &&
-            static_cast<int64_t>(s->pages.size()) * P < s->n_done)
-            throw Error("KV pages: a sequence has computed cells outside its pages");
-        std::vector<int32_t> mine = s->pages;
-        std::sort(mine.begin(), mine.end());
-        if (std::adjacent_find(mine.begin(), mine.end()) != mine.end())
-            throw Error("KV pages: a sequence maps one page twice");
-        for (int32_t p : s->pages) ++holders.at(static_cast<size_t>(p));
-    }
-    pool->check(&holders);
-    // A page written by a sequence (past its shared prefix) has that one holder.
-    for (const auto& s : seqs)
-        for (size_t i = static_cast<size_t>(s->n_hit_pages); i < s->pages.size(); ++i) {
-            const int32_t p = s->pages[i];
-            if (!pool->published(p) && pool->refs(p) != 1)
-                throw Error("KV pages: page " + std::to_string(p) +
-                            " is written by one sequence but held by " +
-                            std::to_string(pool->refs(p)));
-        }
+    kv.check(seqs);
 }
 
 // ---- the public face -------------------------------------------------------
@@ -982,12 +601,12 @@ EngineStats Engine::stats() const {
 std::vector<KvPageInfo> Engine::kv_pages() const {
     Impl& im = *impl_;
     std::lock_guard<std::mutex> step_lk(im.step_mu);
-    std::vector<KvPageInfo> out(static_cast<size_t>(im.n_pages));
-    for (int32_t p = 0; p < im.n_pages; ++p) {
+    std::vector<KvPageInfo> out(static_cast<size_t>(im.kv.n_pages()));
+    for (int32_t p = 0; p < im.kv.n_pages(); ++p) {
         auto& info = out[static_cast<size_t>(p)];
-        info.state = im.pool->refs(p) > 0    ? KvPageInfo::State::Used
-                     : im.pool->published(p) ? KvPageInfo::State::Cached
-                                             : KvPageInfo::State::Free;
+        info.state = im.kv.pool().refs(p) > 0    ? KvPageInfo::State::Used
+                     : im.kv.pool().published(p) ? KvPageInfo::State::Cached
+                                                 : KvPageInfo::State::Free;
     }
     for (const auto& s : im.seqs)
         for (int32_t p : s->pages)

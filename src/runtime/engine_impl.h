@@ -15,10 +15,12 @@
 #include <vector>
 
 #include "graph/cache.h"
-#include "graph/fuse.h"
 #include "graph/kv_pages.h"
-#include "graph/scheduler.h"
 #include "runtime/engine.h"
+#include "runtime/kv_store_impl.h"
+#include "runtime/model_runner_impl.h"
+#include "runtime/scheduler_impl.h"
+#include "runtime/sequence_impl.h"
 
 namespace minfer::runtime {
 
@@ -48,42 +50,26 @@ struct Engine::Impl {
     Impl(const model::Model& model, const EngineOptions& options);
     ~Impl();
 
-    struct Request {
-        RequestId id = 0;
-        GenParams params;
-        RequestCallbacks callbacks;
-        std::chrono::steady_clock::time_point t_submit;
-    };
-    // One sample of a request: its tokens, the cells computed so far, its
-    // page table (references into the pool) and its sampler.
-    struct Seq {
-        enum class State { Queued, Running, Finished };
-        std::shared_ptr<Request> req;
-        int32_t sample = 0;
-        State state = State::Queued;
-        std::vector<int32_t> tokens;  // prompt, then every sampled token
-        int64_t n_done = 0;           // cells computed: positions [0, n_done)
-        std::vector<int32_t> pages;   // page table: position p in pages[p / P]
-        int64_t n_hit_pages = 0;      // leading pages mapped from the prefix index
-        int64_t cached_tokens = 0;    // prompt tokens not computed (first admission)
-        int64_t generated = 0;
-        uint64_t admit_order = 0;  // later admitted = preempted first
-        bool ever_admitted = false;
-        std::unique_ptr<SequenceSampler> sampler;  // its own seed, history, grammar state
-        std::vector<float> mask_us;                // constrained: per sampled token
-        std::chrono::steady_clock::time_point t_admit, t_first;
-    };
+    using Request = EngineRequest;
+    using Seq = Sequence;
 
     graph::Graph& prepare(int64_t n_tokens, int64_t n_out);
     bool step();
-    bool admit(Seq& s);
-    int64_t copy_computed_cells(Seq& s);
-    bool blocked(Seq& s);
-    void preempt(Seq& s);
-    void release_pages(Seq& s);
-    std::vector<uint64_t> page_hashes(const Seq& s, int64_t n) const;
-    bool index_page(const Seq& s, int64_t i, uint64_t hash);
-    void mark_filled_pages_ready(const Seq& s);
+    // What one pass computed: the sequences whose last token it ran (each
+    // samples from its logits row) and the graph that holds the rows.
+    struct PassResult {
+        std::vector<std::pair<Seq*, int64_t>> want;  // (sequence, token index in the pass)
+        int64_t n_tok = 0, n_out = 0;
+        graph::Graph* g = nullptr;
+    };
+    // Intake: new requests queued as sequences, cancels applied. Returns
+    // whether anything happened.
+    bool take_incoming();
+    void enqueue(const std::shared_ptr<Request>& req);
+    // The plan's inputs filled, its pass run (the masks computed beside it).
+    PassResult run(const StepPlan& plan);
+    void fill_inputs(const StepPlan& plan, PassResult& pass);
+    void sample_pass(const PassResult& pass);
     void finish(Seq& s, FinishReason reason, std::string error = "");
     void deliver_finished();
     void apply_cancels(const std::vector<RequestId>& ids);
@@ -97,31 +83,15 @@ struct Engine::Impl {
 
     const model::Model& model;
     EngineOptions opt;
-    std::unique_ptr<backend::Backend> cpu;
-    std::vector<backend::Backend*> backends;
-    std::unique_ptr<graph::GraphCache> cache;
-    graph::Scheduler scheduler;
-    graph::CParams cparams;
     std::vector<int32_t> eog;
 
-    int32_t n_pages = 0;     // pages of -c cells, shared by all sequences
-    int32_t trash_page = 0;  // one more page: read (never written) by padding tokens
-    std::unique_ptr<graph::KvPagePool> pool;
-    std::vector<std::vector<int32_t>> page_tokens;  // [n_pages] tokens of indexed pages
-    std::vector<std::unique_ptr<Seq>> seqs;         // admitted or queued, never finished
-    uint64_t admit_counter = 0;
-
-    static constexpr size_t kMaxGraphs = 8;  // token-count buckets kept at once
-    std::map<int, uint64_t> graph_used;      // kind -> last use
-    std::map<int, size_t> plan_bytes;        // kind -> activation bytes of its plan
-    uint64_t tick = 0;
-    int64_t graphs_built = 0;
+    KvStore kv;                              // pages of -c cells, shared by all sequences
+    ModelRunner runner;                      // graphs per token-count bucket, the KV regions
+    std::vector<std::unique_ptr<Seq>> seqs;  // admitted or queued, never finished
 
     // Reused per step.
     std::vector<int32_t> tok_ids, positions, cells, rows, page_rows, tail;
     std::vector<float> logits_row;
-    std::vector<uint8_t> copy_staging;      // copy_computed_cells' V rows or donor K page
-    std::vector<uint8_t> own_page_staging;  // ... and the K page they are patched into
     std::vector<std::pair<std::shared_ptr<Request>, RequestResult>> finished;
 
     MaskThread mask_thread;
@@ -140,7 +110,12 @@ struct Engine::Impl {
     std::vector<RequestId> cancels;
     std::vector<std::pair<std::shared_ptr<Request>, RequestResult>> cancelled_queued;
     RequestId next_id = 1;
-    EngineStats stats;     // step thread's
+    EngineStats stats;  // step thread's
+    Scheduler sched{opt, kv, stats, [this](Seq& s) {
+                        return kv.copy_computed_cells(s, seqs, runner.allocator(),
+                                                      model.hp.n_embd_kv(),
+                                                      runner.cparams().kv_type);
+                    }};
     EngineStats snapshot;  // published under mu
     int64_t finished_pending = 0;
 };

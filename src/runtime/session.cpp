@@ -1,16 +1,13 @@
-// One pass, as data (ARCHITECTURE.md "One decode step"):
-//   params -> GraphCache::try_reuse, else build -> assign -> fuse -> replace
-//   -> fill inputs by name -> Scheduler::execute -> read the logits rows.
+// One sequence on the model runner (runtime/model_runner_impl.h): its pages
+// in order (the page table is the identity), each pass's inputs filled by
+// name, the memory report's counters kept per pass.
 #include "runtime/session.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "backend/factory.h"
 #include "graph/cache.h"
 #include "graph/kv_pages.h"
-#include "graph/scheduler.h"
-#include "model/build.h"
 #include "runtime/session_impl.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -30,31 +27,37 @@ Session::Session(const model::Model& model, SessionOptions options)
 
 Session::~Session() = default;
 
-Session::Impl::Impl(const model::Model& model, const SessionOptions& o) : model(model) {
-    cpu = backend::make_cpu_backend(o.n_threads, o.batch_invariant);
-    backends.push_back(cpu.get());
-    if (o.queue_end_layer > o.queue_first_layer) {
-        queue = backend::make_queue_backend(o.batch_invariant);
-        backends.push_back(queue.get());
-    }
-    cache = std::make_unique<graph::GraphCache>(backends, o.planner);
-    // The KV regions are pools of pages (graph/kv_pages.h); this session's
-    // one sequence holds pages 0, 1, 2, ... in order (page table = identity).
-    cparams.kv_page = graph::kKvPageCells;
-    cparams.n_ctx = (o.n_ctx + graph::kKvPageCells - 1) / graph::kKvPageCells * graph::kKvPageCells;
-    cparams.fuse_qkv = o.fuse.qkv;
-    cparams.fuse_ffn = o.fuse.ffn;
-    cparams.kv_type = o.kv_type;
-    if (queue) {
-        cparams.layer_backend.assign(static_cast<size_t>(model.hp.n_layer), 0);
-        for (int32_t l = o.queue_first_layer; l < o.queue_end_layer; ++l)
-            cparams.layer_backend[static_cast<size_t>(l)] = 1;
-    }
-    page_table.resize(static_cast<size_t>(cparams.n_ctx / cparams.kv_page));
+namespace {
+
+RunnerOptions runner_options(const SessionOptions& o) {
+    RunnerOptions r;
+    r.n_threads = o.n_threads;
+    r.batch_invariant = o.batch_invariant;
+    r.planner = o.planner;
+    r.queue_first_layer = o.queue_first_layer;
+    r.queue_end_layer = o.queue_end_layer;
+    return r;
+}
+
+// The KV regions are pools of pages (graph/kv_pages.h); this session's one
+// sequence holds pages 0, 1, 2, ... in order (page table = identity).
+graph::CParams session_cparams(const SessionOptions& o) {
+    graph::CParams c;
+    c.kv_page = graph::kKvPageCells;
+    c.n_ctx = (o.n_ctx + graph::kKvPageCells - 1) / graph::kKvPageCells * graph::kKvPageCells;
+    c.fuse_qkv = o.fuse.qkv;
+    c.fuse_ffn = o.fuse.ffn;
+    c.kv_type = o.kv_type;
+    return c;
+}
+
+}  // namespace
+
+Session::Impl::Impl(const model::Model& model, const SessionOptions& o)
+    : runner(model, runner_options(o), session_cparams(o)) {
+    const graph::CParams& c = runner.cparams();
+    page_table.resize(static_cast<size_t>(c.n_ctx / c.kv_page));
     for (size_t i = 0; i < page_table.size(); ++i) page_table[i] = static_cast<int32_t>(i);
-    placement.first_layer = o.queue_first_layer;
-    placement.end_layer = o.queue_end_layer;
-    placement.backend = 1;
 }
 
 Session::Impl::~Impl() = default;
@@ -64,30 +67,9 @@ graph::Graph& Session::Impl::prepare(int64_t n_tokens, int64_t n_out, bool* rebu
     params.n_tokens = n_tokens;
     params.n_out = n_out;
     params.kind = n_tokens == 1 ? graph::kDecode : graph::kPrefill;
-    params.cparams = cparams;
+    params.cparams = runner.cparams();
     last_params = params;
-    if (graph::Graph* g = cache->try_reuse(params)) {
-        *rebuilt = false;
-        return *g;
-    }
-    model::BuildParams bp;
-    bp.n_tokens = n_tokens;
-    bp.n_out = n_out;
-    bp.n_ctx = cparams.n_ctx;
-    bp.kv_type = cparams.kv_type;
-    bp.kv_page = cparams.kv_page;
-    bp.n_seqs = 1;
-    graph::Graph g = model::build_graph(model, bp);
-    graph::assign_backends(g, backends, placement);
-    graph::fuse(g, {.qkv = cparams.fuse_qkv, .ffn = cparams.fuse_ffn});
-    *rebuilt = true;
-    return cache->replace(params, std::move(g));
-}
-
-size_t Session::Impl::pool_allocations() const {
-    size_t n = 0;
-    for (const backend::Backend* b : backends) n += b->stats().allocations;
-    return n;
+    return runner.prepare(params, rebuilt);
 }
 
 void Session::truncate(int64_t n) {
@@ -114,37 +96,31 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
         const int64_t n = std::min(options_.n_batch, n_total - done);
         const bool last_pass = done + n == n_total;
         const int64_t n_out = all_logits ? n : 1;
-        const size_t allocs_before = impl_->pool_allocations();
+        const size_t allocs_before = impl_->runner.pool_allocations();
         bool rebuilt = false;
         graph::Graph& g = impl_->prepare(n, n_out, &rebuilt);
-        graph::GraphAllocator& alloc = impl_->cache->allocator();
+        ModelRunner& runner = impl_->runner;
 
         positions.resize(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i)
             positions[static_cast<size_t>(i)] = static_cast<int32_t>(n_past_ + i);
-        alloc.fill_input(g, "token_ids",
-                         tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)));
-        alloc.fill_input(g, "positions", positions);
-        alloc.fill_input(g, "kv_cells", positions);  // cell = position: identity pages
+        runner.fill(g, "token_ids",
+                    tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)));
+        runner.fill(g, "positions", positions);
+        runner.fill(g, "kv_cells", positions);  // cell = position: identity pages
         rows.assign(static_cast<size_t>(n), 0);
-        alloc.fill_input(g, "kv_rows", rows);
-        alloc.fill_input(g, "kv_pages", impl_->page_table);
+        runner.fill(g, "kv_rows", rows);
+        runner.fill(g, "kv_pages", impl_->page_table);
         if (n_out < n) {
             tail.resize(static_cast<size_t>(n_out));
             for (int64_t i = 0; i < n_out; ++i)
                 tail[static_cast<size_t>(i)] = static_cast<int32_t>(n - n_out + i);
-            alloc.fill_input(g, "tail_ids", tail);
+            runner.fill(g, "tail_ids", tail);
         }
-        impl_->scheduler.execute(g, alloc);
+        runner.execute(g);
         for (const auto& observe : impl_->pass_observers) observe(g, impl_->last_params, rebuilt);
-
-        if (all_logits || last_pass) {
-            const graph::NodeId out_id = g.outputs.at(0);
-            const backend::BufRef ref = *alloc.node_buffer(out_id);
-            float* dst = out.data() + (all_logits ? done * n_vocab : 0);
-            alloc.backend(ref.backend)
-                .read_host(ref, dst, static_cast<size_t>(n_out * n_vocab) * sizeof(float));
-        }
+        if (all_logits || last_pass)
+            runner.read_logits(g, 0, n_out, out.data() + (all_logits ? done * n_vocab : 0));
 
         // Counters for the memory report. Warm-up ends with the first
         // decode step; every later pass (prefill or decode) is counted.
@@ -157,10 +133,10 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
         if (warm) {
             if (rebuilt) ++stats_.rebuilds_after_first_decode;
             stats_.allocations_after_first_decode +=
-                static_cast<int64_t>(impl_->pool_allocations() - allocs_before);
+                static_cast<int64_t>(impl_->runner.pool_allocations() - allocs_before);
         }
         if (n == 1) ++stats_.decode_steps;
-        const size_t held = alloc.activation_bytes_held();
+        const size_t held = runner.allocator().activation_bytes_held();
         stats_.activation_bytes_held = held;
         stats_.activation_bytes_peak = std::max(stats_.activation_bytes_peak, held);
         if (!warm && n == 1) stats_.activation_bytes_at_warmup = held;
@@ -174,7 +150,8 @@ std::vector<float> Session::eval(std::span<const int32_t> tokens, bool all_logit
 }
 
 size_t Session::kernel_scratch_bytes() const {
-    return impl_->cpu ? impl_->cpu->scratch_bytes() : 0;
+    const backend::Backend* cpu = impl_->runner.cpu();
+    return cpu ? cpu->scratch_bytes() : 0;
 }
 
 size_t regroup_weights_for_cpu(model::Model& m) {

@@ -6,11 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "graph/assign.h"
 #include "graph/cache.h"
-#include "graph/fuse.h"
-#include "graph/scheduler.h"
-#include "ir/backend.h"
+#include "runtime/model_runner_impl.h"
 #include "runtime/session.h"
 
 namespace minfer::runtime {
@@ -19,20 +16,11 @@ struct Session::Impl {
     Impl(const model::Model& model, const SessionOptions& options);
     ~Impl();
 
-    // The graph for a pass of n_tokens with n_out logits rows: reused from
-    // the cache when its parameters match, else built, assigned, fused and
-    // allocated.
+    // The graph for a pass of n_tokens with n_out logits rows (the runner's
+    // prepare); keeps its parameters for the observers.
     graph::Graph& prepare(int64_t n_tokens, int64_t n_out, bool* rebuilt);
-    size_t pool_allocations() const;
 
-    const model::Model& model;
-    std::unique_ptr<backend::Backend> cpu;
-    std::unique_ptr<backend::Backend> queue;  // only with --queue-layers
-    std::vector<backend::Backend*> backends;
-    std::unique_ptr<graph::GraphCache> cache;
-    graph::Scheduler scheduler;
-    graph::CParams cparams;
-    graph::Placement placement;
+    ModelRunner runner;
     std::vector<int32_t> page_table;  // [n_ctx / kv_page]: the one sequence's pages, in order
 
     // Observers for the reports (memory report, graph dump, trace, visual

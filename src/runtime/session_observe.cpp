@@ -12,15 +12,15 @@ void Session::add_pass_observer(PassObserver observer) {
 }
 
 void Session::set_node_hook(NodeHook hook) {
-    impl_->scheduler.set_node_hook(std::move(hook));
+    impl_->runner.scheduler().set_node_hook(std::move(hook));
 }
 
 graph::GraphAllocator& Session::allocator() {
-    return impl_->cache->allocator();
+    return impl_->runner.allocator();
 }
 
 const graph::CParams& Session::cparams() const {
-    return impl_->cparams;
+    return impl_->runner.cparams();
 }
 
 }  // namespace minfer::runtime
