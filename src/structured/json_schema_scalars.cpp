@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "structured/chars_impl.h"
 #include "structured/grammar.h"
 #include "structured/json_schema_impl.h"
 #include "util/error.h"
@@ -135,30 +136,18 @@ class PatternConverter {
     }
 
     uint32_t parse_utf8_char() {
-        unsigned char c = uint8_t(re_[pos_]);
-        int len = c < 0x80           ? 1
-                  : (c >> 5) == 0x6  ? 2
-                  : (c >> 4) == 0xE  ? 3
-                  : (c >> 3) == 0x1E ? 4
-                                     : 0;
-        if (len == 0 || pos_ + size_t(len) > re_.size()) fail("invalid UTF-8");
-        uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
-        for (int i = 1; i < len; ++i) cp = (cp << 6) | (uint8_t(re_[pos_ + size_t(i)]) & 0x3F);
-        pos_ += size_t(len);
-        return cp;
+        const Utf8Char u = decode_utf8_at(re_, pos_);
+        if (u.len == 0) fail("invalid UTF-8");
+        pos_ += size_t(u.len);
+        return u.cp;
     }
 
     // One escaped character after '\' (not a shorthand class).
     uint32_t parse_escape_char() {
         char e = peek();
         ++pos_;
+        if (const int control = control_escape(e); control >= 0) return uint32_t(control);
         switch (e) {
-            case 'n':
-                return '\n';
-            case 'r':
-                return '\r';
-            case 't':
-                return '\t';
             case 'f':
                 return '\f';
             case 'v':
@@ -184,12 +173,10 @@ class PatternConverter {
         }
     }
     uint32_t hex_digit() {
-        char c = peek();
+        const int d = hex_digit_value(peek());
         ++pos_;
-        if (c >= '0' && c <= '9') return uint32_t(c - '0');
-        if (c >= 'a' && c <= 'f') return uint32_t(c - 'a' + 10);
-        if (c >= 'A' && c <= 'F') return uint32_t(c - 'A' + 10);
-        fail("expected a hex digit");
+        if (d < 0) fail("expected a hex digit");
+        return uint32_t(d);
     }
 
     std::string parse_atom() {
