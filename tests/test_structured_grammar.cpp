@@ -144,6 +144,8 @@ TEST(StructuredGrammar, ErrorsNameLineColumnAndWhat) {
                  "rule 'expr' is left-recursive");
     expect_error("root ::= \"y\" | a\na ::= \"x\" a\n", "rule 'a' can never finish");
     expect_error("root ::= [^\\x00-\\U0010FFFF]\n", "character class matches nothing");
+    expect_error("root ::= \"a\xC3(\"\n", "invalid UTF-8 in the grammar text");
+    expect_error("root ::= \"a\xC3", "invalid UTF-8 in the grammar text");
 }
 
 TEST(StructuredMatcher, RollbackCopyAndSerializeResumeTheSameState) {

@@ -158,6 +158,23 @@ TEST(StructuredSchema, FormatsAndPatterns) {
     EXPECT_FALSE(matches(un, R"("xb")"));
 }
 
+// A pattern's characters are read as UTF-8 the way a grammar's are (one
+// reader, structured/chars_impl.h): a multi-byte character in a class is one
+// character, and bytes that are no character are refused, not read as one.
+TEST(StructuredSchema, PatternCharactersAreUtf8) {
+    auto g = schema_grammar(R"({"type":"string","pattern":"^[\u00e9\u4e2d]x$"})");
+    EXPECT_TRUE(matches(g, "\"\xC3\xA9x\""));
+    EXPECT_TRUE(matches(g, "\"\xE4\xB8\xADx\""));
+    EXPECT_FALSE(matches(g, "\"\xC3x\""));
+    const nlohmann::ordered_json broken = {{"type", "string"}, {"pattern", "a\xC3(b"}};
+    try {
+        std::string gbnf = minfer::structured::json_schema_to_gbnf(broken);
+        ADD_FAILURE() << "no error for a pattern with broken UTF-8; grammar:\n" << gbnf;
+    } catch (const minfer::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("invalid UTF-8"), std::string::npos) << e.what();
+    }
+}
+
 TEST(StructuredSchema, KeywordsItCannotEnforceAreErrorsNamingThem) {
     expect_refused(R"({"type":"integer","multipleOf":3})", "'multipleOf'");
     expect_refused(R"({"type":"array","uniqueItems":true})", "'uniqueItems' is not supported at #");

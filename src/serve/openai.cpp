@@ -11,30 +11,6 @@ namespace minfer::serve {
 
 using json = RequestJson;
 
-const char* error_type(int status) {
-    switch (status) {
-        case 400:
-            return "invalid_request_error";
-        case 401:
-        case 404:
-        case 413:
-            return "invalid_request_error";
-        case 503:
-            return "unavailable_error";
-        default:
-            return status >= 500 ? "server_error" : "invalid_request_error";
-    }
-}
-
-nlohmann::json error_body(int status, const std::string& message, const std::string& param,
-                          const std::string& code) {
-    using json = nlohmann::json;
-    json e = {{"message", message}, {"type", error_type(status)}};
-    e["code"] = code.empty() ? json(nullptr) : json(code);
-    e["param"] = param.empty() ? json(nullptr) : json(param);
-    return json{{"error", e}};
-}
-
 json parse_json_object(const std::string& body) {
     json j;
     try {

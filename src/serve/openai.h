@@ -1,7 +1,8 @@
-// OpenAI's request and error shapes: a JSON body of /v1/chat/completions or
+// OpenAI's request shapes: a JSON body of /v1/chat/completions or
 // /v1/completions checked field by field (wrong types and out-of-range
 // values are ApiErrors naming the field, answered as 400) and turned into
-// the engine's GenParams; the error object every failure is answered with.
+// the engine's GenParams. The answers' shapes, the error object included,
+// are in serve/responses.h.
 #pragma once
 
 #include <cstdint>
@@ -27,11 +28,6 @@ class ApiError : public Error {
     std::string param;
     std::string code;
 };
-
-// OpenAI's error type names for an HTTP status.
-const char* error_type(int status);
-nlohmann::json error_body(int status, const std::string& message, const std::string& param = {},
-                          const std::string& code = {});
 
 // Request bodies keep their keys' order (tools are rendered into the prompt as sent).
 using RequestJson = nlohmann::ordered_json;

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "structured/chars_impl.h"
 #include "util/error.h"
 
 namespace minfer::structured {
@@ -77,24 +78,10 @@ void utf8_sequences(uint32_t lo, uint32_t hi,
             }
         }
     }
-    auto encode = [n](uint32_t cp, uint8_t* b) {
-        if (n == 2) {
-            b[0] = uint8_t(0xC0 | (cp >> 6));
-            b[1] = uint8_t(0x80 | (cp & 0x3F));
-        } else if (n == 3) {
-            b[0] = uint8_t(0xE0 | (cp >> 12));
-            b[1] = uint8_t(0x80 | ((cp >> 6) & 0x3F));
-            b[2] = uint8_t(0x80 | (cp & 0x3F));
-        } else {
-            b[0] = uint8_t(0xF0 | (cp >> 18));
-            b[1] = uint8_t(0x80 | ((cp >> 12) & 0x3F));
-            b[2] = uint8_t(0x80 | ((cp >> 6) & 0x3F));
-            b[3] = uint8_t(0x80 | (cp & 0x3F));
-        }
-    };
     uint8_t a[4], b[4];
-    encode(lo, a);
-    encode(hi, b);
+    // lo and hi have the same length, n (the splits above).
+    encode_utf8(lo, a);
+    encode_utf8(hi, b);
     std::vector<std::pair<uint8_t, uint8_t>> seq;
     for (int i = 0; i < n; ++i) seq.push_back({a[i], b[i]});
     out.push_back(std::move(seq));

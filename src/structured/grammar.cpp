@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "structured/chars_impl.h"
 #include "util/error.h"
 
 namespace minfer::structured {
@@ -12,21 +13,9 @@ namespace {
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += char(cp);
-    } else if (cp < 0x800) {
-        out += char(0xC0 | (cp >> 6));
-        out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += char(0xE0 | (cp >> 12));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    } else {
-        out += char(0xF0 | (cp >> 18));
-        out += char(0x80 | ((cp >> 12) & 0x3F));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    }
+    uint8_t b[4];
+    const int n = encode_utf8(cp, b);
+    out.append(reinterpret_cast<const char*>(b), size_t(n));
 }
 
 bool is_word_char(char c) {
@@ -266,11 +255,7 @@ class Parser {
     uint32_t parse_hex(int n) {
         uint32_t v = 0;
         for (int i = 0; i < n; ++i) {
-            char c = peek();
-            int d = (c >= '0' && c <= '9')   ? c - '0'
-                    : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                    : (c >= 'A' && c <= 'F') ? c - 'A' + 10
-                                             : -1;
+            const int d = hex_digit_value(peek());
             if (d < 0) fail("expected " + std::to_string(n) + " hex digits in an escape");
             v = v * 16 + uint32_t(d);
             ++pos_;
@@ -287,13 +272,8 @@ class Parser {
             ++pos_;
             char e = peek();
             ++pos_;
+            if (const int control = control_escape(e); control >= 0) return uint32_t(control);
             switch (e) {
-                case 'n':
-                    return '\n';
-                case 'r':
-                    return '\r';
-                case 't':
-                    return '\t';
                 case '\\':
                     return '\\';
                 case '"':
@@ -323,20 +303,10 @@ class Parser {
             }
         }
         // A UTF-8 character as it stands in the grammar text.
-        int len = c < 0x80           ? 1
-                  : (c >> 5) == 0x6  ? 2
-                  : (c >> 4) == 0xE  ? 3
-                  : (c >> 3) == 0x1E ? 4
-                                     : 0;
-        if (len == 0 || pos_ + size_t(len) > s_.size()) fail("invalid UTF-8 in the grammar text");
-        uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
-        for (int i = 1; i < len; ++i) {
-            unsigned char cc = static_cast<unsigned char>(s_[pos_ + size_t(i)]);
-            if ((cc & 0xC0) != 0x80) fail("invalid UTF-8 in the grammar text");
-            cp = (cp << 6) | (cc & 0x3F);
-        }
-        pos_ += size_t(len);
-        return cp;
+        const Utf8Char u = decode_utf8_at(s_, pos_);
+        if (u.len == 0) fail("invalid UTF-8 in the grammar text");
+        pos_ += size_t(u.len);
+        return u.cp;
     }
     uint32_t check_cp(uint32_t cp) {
         if (cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF))
