@@ -16,6 +16,7 @@
 #include "structured/json_schema.h"
 #include "structured/matcher.h"
 #include "tokenizer/tokenizer.h"
+#include "util/quantile.h"
 
 namespace {
 
@@ -71,12 +72,6 @@ vocab_and_schema(benchmark::State& state) {
     return {vocab, compiled(c)};
 }
 
-// The value at rank floor(p * n) of `sorted` (non-empty): every p50 / p99
-// figure of this file.
-double percentile(const std::vector<double>& sorted, double p) {
-    return sorted[std::min(sorted.size() - 1, size_t(p * double(sorted.size())))];
-}
-
 // JSON Schema -> GBNF -> automaton (no vocabulary involved).
 void BM_StructuredCompile(benchmark::State& state) {
     const auto& c = corpus_schema(kSchemas[state.range(0)]);
@@ -118,8 +113,8 @@ void BM_StructuredMask(benchmark::State& state) {
         }
     }
     std::sort(us.begin(), us.end());
-    state.counters["p50_us"] = percentile(us, 0.50);
-    state.counters["p99_us"] = percentile(us, 0.99);
+    state.counters["p50_us"] = minfer::quantile_of_sorted(us, 0.50);
+    state.counters["p99_us"] = minfer::quantile_of_sorted(us, 0.99);
     state.counters["max_us"] = us.back();
     state.counters["states"] = double(states.size());
     state.counters["cached_nodes"] = double(masker.n_cached_nodes());
@@ -202,14 +197,14 @@ void BM_StructuredMaskFromFirstUse(benchmark::State& state, size_t schema) {
     }
     for (auto* v : {&cold_us, &warm_us, &build_us}) std::sort(v->begin(), v->end());
     state.counters["states"] = double(warm_us.size());
-    state.counters["cold_p99_us"] = percentile(cold_us, 0.99);
+    state.counters["cold_p99_us"] = minfer::quantile_of_sorted(cold_us, 0.99);
     state.counters["cold_max_us"] = cold_us.back();
     state.counters["nodes_built_in_walk"] = double(built_on_use);
-    state.counters["build_p50_us"] = build_us.empty() ? 0.0 : percentile(build_us, 0.5);
+    state.counters["build_p50_us"] = minfer::quantile_of_sorted(build_us, 0.5);
     state.counters["nodes"] = double(nodes);
     state.counters["warm_ms"] = warm_ms;
-    state.counters["p50_us"] = percentile(warm_us, 0.50);
-    state.counters["p99_us"] = percentile(warm_us, 0.99);
+    state.counters["p50_us"] = minfer::quantile_of_sorted(warm_us, 0.50);
+    state.counters["p99_us"] = minfer::quantile_of_sorted(warm_us, 0.99);
     state.counters["max_us"] = warm_us.back();
 }
 

@@ -13,6 +13,7 @@
 #include "tensor/dtype.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/quantile.h"
 
 namespace minfer::cli {
 
@@ -138,13 +139,9 @@ std::shared_ptr<const structured::Constraint> ConstraintFlags::compile(
 std::string mask_time_summary(std::vector<float> mask_us) {
     if (mask_us.empty()) return "no tokens";
     std::sort(mask_us.begin(), mask_us.end());
-    auto pct = [&](double p) {
-        return mask_us[std::min(mask_us.size() - 1,
-                                static_cast<size_t>(p * static_cast<double>(mask_us.size())))];
-    };
     char buf[160];
     std::snprintf(buf, sizeof buf, "p50 %.1f us, p99 %.1f us, max %.1f us over %zu tokens",
-                  static_cast<double>(pct(0.50)), static_cast<double>(pct(0.99)),
+                  quantile_of_sorted(mask_us, 0.50), quantile_of_sorted(mask_us, 0.99),
                   static_cast<double>(mask_us.back()), mask_us.size());
     return buf;
 }

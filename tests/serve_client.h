@@ -34,6 +34,24 @@ inline serve::Server* start_test_server(const model::Model& model, serve::Server
     return server;
 }
 
+// A client of the test server on `port`; the read timeout bounds a hang,
+// it is no speed check.
+inline httplib::Client test_client(int port, int read_timeout_s = 30) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(read_timeout_s);
+    return c;
+}
+
+// A suite's TearDownTestSuite: the server first (it reads the model and
+// writes the request log), then what it used, in the order given; every
+// pointer is left null.
+template <typename... Owned>
+void delete_server_then(serve::Server*& server, Owned*&... owned) {
+    delete server;
+    server = nullptr;
+    ((delete owned, owned = nullptr), ...);
+}
+
 // The request log of a suite's server: one file per process (ctest runs
 // the tests as processes side by side).
 class RequestLog {

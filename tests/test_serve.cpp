@@ -75,24 +75,13 @@ class Serve : public ::testing::Test {
         server_ = minfer::testing::start_test_server(*model_, o, eo);
         port_ = server_->port();
     }
-    static void TearDownTestSuite() {
-        delete server_;
-        delete model_;
-        delete log_;  // after the server: it writes to the log
-        server_ = nullptr;
-        model_ = nullptr;
-        log_ = nullptr;
-    }
+    static void TearDownTestSuite() { minfer::testing::delete_server_then(server_, model_, log_); }
     static std::vector<std::string> log_lines() { return log_->lines(); }
     static std::string wait_log_line(size_t skip, const std::string& pattern) {
         return log_->wait_line(skip, pattern);
     }
 
-    static httplib::Client client() {
-        httplib::Client c("127.0.0.1", port_);
-        c.set_read_timeout(30);
-        return c;
-    }
+    static httplib::Client client() { return minfer::testing::test_client(port_); }
     static httplib::Result post(const std::string& path, const json& body) {
         auto c = client();
         return c.Post(path.c_str(), auth(), body.dump(), "application/json");
@@ -794,8 +783,7 @@ TEST(ServeQueue, FullQueueAnswers503) {
     Server& server = one.server;
     const int port = one.port;
 
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(30);
+    auto c = minfer::testing::test_client(port);
     json body = chat_body("And God said", 4000, true);
     int status_second = 0;
     std::string retry_after;
@@ -830,8 +818,7 @@ TEST(ServeShutdown, AStreamCutShortEndsWithAnErrorEvent) {
     OneSequenceServer one(o);
     Server& server = one.server;
 
-    httplib::Client c("127.0.0.1", one.port);
-    c.set_read_timeout(30);
+    auto c = minfer::testing::test_client(one.port);
     std::string body;
     std::thread stopper;
     auto r =

@@ -59,21 +59,13 @@ class ServeStructured : public ::testing::Test {
         server_ = minfer::testing::start_test_server(*model_, o, eo);
         port_ = server_->port();
     }
-    static void TearDownTestSuite() {
-        delete server_;
-        delete model_;
-        delete log_;  // after the server: it writes to the log
-        server_ = nullptr;
-        model_ = nullptr;
-        log_ = nullptr;
-    }
+    static void TearDownTestSuite() { minfer::testing::delete_server_then(server_, model_, log_); }
     void SetUp() override { MINFER_REQUIRE_SHARED_FILES(model_path()); }
 
     static httplib::Result post(const std::string& path, const json& body) {
-        httplib::Client c("127.0.0.1", port_);
         // A bound for a hang, not a speed check: JsonObjectRepliesAreObjects
         // samples 4 x 200 tokens, ~70 s of CPU per request under ASan.
-        c.set_read_timeout(600);
+        auto c = minfer::testing::test_client(port_, 600);
         return c.Post(path.c_str(), body.dump(), "application/json");
     }
     static std::string metrics() {

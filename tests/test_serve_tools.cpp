@@ -173,16 +173,10 @@ class ServeTools : public ::testing::Test {
         port_ = server_->port();
     }
     static void TearDownTestSuite() {
-        delete server_;
-        delete model_;
-        delete bytes_;
-        server_ = nullptr;
-        model_ = nullptr;
-        bytes_ = nullptr;
+        minfer::testing::delete_server_then(server_, model_, bytes_);
     }
     static httplib::Result post(const std::string& path, const json& body) {
-        httplib::Client c("127.0.0.1", port_);
-        c.set_read_timeout(30);
+        auto c = minfer::testing::test_client(port_);
         return c.Post(path.c_str(), body.dump(), "application/json");
     }
 };
@@ -377,8 +371,7 @@ const json kTimeTool = json::parse(R"({"type": "function", "function": {
 // The reply to a chat request to the server on `port`, whole or streamed
 // (empty, after a failure, when the answer is not a 200).
 Reply reply_to(int port, const json& body, bool stream) {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(30);
+    auto c = minfer::testing::test_client(port);
     auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
     EXPECT_TRUE(r && r->status == 200) << (r ? r->body : std::string("no answer"));
     if (!r || r->status != 200) return {};

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "util/quantile.h"
+
 namespace minfer::serve {
 
 void Histogram::observe(double s) {
@@ -25,14 +27,6 @@ void Histogram::write(std::string& out, const std::string& name, const std::stri
                   name.c_str(), static_cast<unsigned long long>(count_), name.c_str(), sum_,
                   name.c_str(), static_cast<unsigned long long>(count_));
     out += line;
-}
-
-double quantile(std::vector<float> v, double q) {
-    if (v.empty()) return 0;
-    const size_t k = std::min(
-        v.size() - 1, static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0));
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-    return v[k];
 }
 
 void Metrics::constrained_request(const std::string& kind, bool cache_hit, double compile_ms) {

@@ -27,9 +27,6 @@ class Histogram {
     double sum_ = 0;
 };
 
-// The q-quantile (0..1) of `v` (nearest rank); 0 when empty.
-double quantile(std::vector<float> v, double q);
-
 class Metrics {
   public:
     // The kinds of structured-output constraint a request may carry

@@ -27,6 +27,7 @@
 #include "structured/constraint.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
+#include "util/quantile.h"
 
 namespace minfer::serve {
 
