@@ -243,22 +243,10 @@ bool Engine::Impl::sample(Seq& s, const float* logits) {
     ev.sample = s.sample;
     ev.token = tok;
     if (gp.top_logprobs >= 0) {
-        // log-softmax of the model's logits (before penalties), in double
-        double mx = logits[0];
-        for (size_t i = 1; i < n_vocab; ++i) mx = std::max<double>(mx, logits[i]);
-        double sum = 0;
-        for (size_t i = 0; i < n_vocab; ++i) sum += std::exp(double{logits[i]} - mx);
-        const double lse = mx + std::log(sum);
-        ev.logprob = static_cast<float>(logits[tok] - lse);
-        const auto n_top = static_cast<size_t>(std::min<int32_t>(gp.top_logprobs, 20));
-        std::vector<int32_t> ids(n_vocab);
-        for (size_t i = 0; i < n_vocab; ++i) ids[i] = static_cast<int32_t>(i);
-        std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n_top), ids.end(),
-                          [&](int32_t a, int32_t b) {
-                              return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-                          });
-        for (size_t i = 0; i < n_top; ++i)
-            ev.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - lse));
+        TokenLogprobs lp = token_logprobs(std::span<const float>(logits, n_vocab), tok,
+                                          std::min<int32_t>(gp.top_logprobs, 20));
+        ev.logprob = lp.logprob;
+        ev.top = std::move(lp.top);
     }
     if (s.req->callbacks.on_token && !s.req->callbacks.on_token(ev)) {
         finish(s, FinishReason::Stop);

@@ -18,6 +18,29 @@ int32_t argmax(std::span<const float> logits) {
     return best;
 }
 
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int32_t n_top) {
+    const size_t n_vocab = logits.size();
+    TokenLogprobs out;
+    double mx = logits[0];
+    for (size_t i = 1; i < n_vocab; ++i) mx = std::max<double>(mx, logits[i]);
+    double sum = 0;
+    for (size_t i = 0; i < n_vocab; ++i) sum += std::exp(double{logits[i]} - mx);
+    const double lse = mx + std::log(sum);
+    out.logprob = static_cast<float>(logits[static_cast<size_t>(token)] - lse);
+    const size_t n = std::min(static_cast<size_t>(std::max<int32_t>(n_top, 0)), n_vocab);
+    std::vector<int32_t> ids(n_vocab);
+    for (size_t i = 0; i < n_vocab; ++i) ids[i] = static_cast<int32_t>(i);
+    std::partial_sort(
+        ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
+        [&](int32_t a, int32_t b) {
+            return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+                   (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+        });
+    for (size_t i = 0; i < n; ++i)
+        out.top.emplace_back(ids[i], static_cast<float>(logits[static_cast<size_t>(ids[i])] - lse));
+    return out;
+}
+
 Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) {}
 
 void Sampler::accept(int32_t token) {

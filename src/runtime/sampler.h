@@ -1,6 +1,11 @@
 // Token sampling with llama.cpp's vocabulary and defaults, applied in its
 // order: repetition penalty -> top-k -> top-p -> min-p -> temperature ->
 // draw. temp <= 0 is greedy (argmax, lowest id on ties).
+//
+// The one sampler of the engine, the server (through the engine) and the
+// CLI: SequenceSampler owns a sequence's penalties, its end-of-generation
+// masking and its structured-output constraint; token_logprobs the logprobs
+// a request asks for. Stop strings are on the text side (sample_text.h).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +15,7 @@
 #include <random>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "structured/constraint.h"
@@ -48,6 +54,15 @@ class Sampler {
 };
 
 int32_t argmax(std::span<const float> logits);
+
+// The log-probability of `token` under one row of the model's logits (a
+// log-softmax in double, before any penalty or mask) and the n_top most
+// likely tokens (ties: the lower id first) with theirs.
+struct TokenLogprobs {
+    float logprob = 0.0f;
+    std::vector<std::pair<int32_t, float>> top;  // [n_top] (token, logprob)
+};
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int32_t n_top);
 
 // One sequence's choice of its next token, the one piece of it the engine
 // (every sequence of the server and batched-bench) and the CLI's generation
