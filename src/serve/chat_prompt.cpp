@@ -120,7 +120,8 @@ std::string render_chat(const std::vector<ChatMsg>& messages,
             // and nothing precedes it.
             if (k > 0 || !content.empty()) out += "\n";
             out += "<tool_call>\n{\"name\": \"" + m.tool_calls[k].name +
-                   "\", \"arguments\": " + python_json(m.tool_calls[k].arguments) + "}\n</tool_call>";
+                   "\", \"arguments\": " + python_json(m.tool_calls[k].arguments) +
+                   "}\n</tool_call>";
         }
         out += "<|im_end|>\n";
     }

@@ -43,8 +43,7 @@ class ConstraintCache {
   public:
     static constexpr size_t kDefaultCapacity = 64;
     explicit ConstraintCache(std::shared_ptr<const TokenVocab> vocab,
-                             size_t capacity = kDefaultCapacity,
-                             Warm warm = Warm::OnFirstUse);
+                             size_t capacity = kDefaultCapacity, Warm warm = Warm::OnFirstUse);
     // The constraint for `gbnf`, compiled on a miss (`hit` says which).
     // Throws as compile_constraint does; a failed grammar is not cached.
     std::shared_ptr<const Constraint> get(const std::string& gbnf, bool* hit = nullptr);
