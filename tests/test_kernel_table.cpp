@@ -89,6 +89,22 @@ TEST(IsaLevels, EveryLevelsKernelTableMatchesTheScalarOne) {
         EXPECT_EQ(t.attn_rows != nullptr, cpu::attn_simd_supported(64));
         EXPECT_EQ(t.attn_rows != nullptr, level != cpu::IsaLevel::Scalar);
 #endif
+        // The row helpers: within the rounding of their exp (swiglu) and of
+        // their double sums' order (sum_squares) of the scalar level's.
+        ASSERT_NE(t.swiglu, nullptr);
+        ASSERT_NE(t.sum_squares, nullptr);
+        {
+            const int64_t n = 203;  // not a multiple of any vector width
+            const std::vector<float> a = random_floats(size_t(n), 7),
+                                     b = random_floats(size_t(n), 8);
+            std::vector<float> y(static_cast<size_t>(n)), y_ref(static_cast<size_t>(n));
+            t.swiglu(a.data(), b.data(), y.data(), n);
+            ref.swiglu(a.data(), b.data(), y_ref.data(), n);
+            for (size_t i = 0; i < size_t(n); ++i)
+                EXPECT_NEAR(y[i], y_ref[i], 2e-6 * std::fabs(y_ref[i]) + 1e-30) << "swiglu " << i;
+            const double s = t.sum_squares(a.data(), n), s_ref = ref.sum_squares(a.data(), n);
+            EXPECT_NEAR(s, s_ref, s_ref * 1e-12);
+        }
         const int64_t K = 512, M = minfer::tensor::kInterleaveRows;
         for (DType w : kWeightTypes) {
             SCOPED_TRACE(std::string(minfer::tensor::dtype_name(w)));

@@ -1,13 +1,14 @@
 // The kernels of one ISA level (isa.h), side by side: the dot product per
-// weight type, the interleaved group dots, which prompt GEMM runs and the
-// SIMD attention. Each level's table is built once, in kernel_table.cpp, so
-// the choice of every kernel family at every level is read in one place;
-// the families' entry points (vec_dot_fn, group_dot_fn, gemm_name,
-// attn_rows_simd, ...) read the table of the current level.
+// weight type, the interleaved group dots, which prompt GEMM runs, the
+// SIMD attention and the row helpers of vec_ops.h. Each level's table is built once, in
+// kernel_table.cpp, so the choice of every kernel family at every level is read in one place; the
+// families' entry points (vec_dot_fn, group_dot_fn, gemm_name, attn_rows_simd, swiglu_row, ...)
+// read the table of the current level.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 
 #include "backend/cpu/attn.h"
 #include "backend/cpu/isa.h"
@@ -22,6 +23,10 @@ enum class GemmIsa { None, Avx512, Avx2, Arm };
 // The SIMD attention over query rows of one head group (attn.h).
 using AttnRowsFn = void (*)(const AttnRows& a, float* scratch);
 
+// vec_ops.h's row helpers.
+using SwigluFn = void (*)(const float* a, const float* b, float* y, int64_t n);
+using SumSquaresFn = double (*)(const float* x, int64_t n);
+
 // Indexed by the DType's value (ggml's type id).
 inline constexpr size_t kDTypeSlots = 31;
 
@@ -34,6 +39,8 @@ struct KernelTable {
     std::array<GroupDotManyFn, kDTypeSlots> group_dot_many{};  // nullptr: loop group_dot
     GemmIsa gemm = GemmIsa::None;
     AttnRowsFn attn_rows = nullptr;  // nullptr: the scalar loop
+    SwigluFn swiglu = nullptr;       // never nullptr once built
+    SumSquaresFn sum_squares = nullptr;
 
     VecDotFn vec_dot_of(tensor::DType t) const { return vec_dot[slot(t)]; }
     GroupDotFn group_dot_of(tensor::DType t) const { return group_dot[slot(t)]; }
@@ -54,5 +61,7 @@ GroupDotFn group_dot_at(IsaLevel level, bool avx_vnni, tensor::DType weight);
 GroupDotManyFn group_dot_many_at(IsaLevel level, tensor::DType weight);
 GemmIsa gemm_at(IsaLevel level);
 AttnRowsFn attn_rows_at(IsaLevel level);
+SwigluFn swiglu_at(IsaLevel level);
+SumSquaresFn sum_squares_at(IsaLevel level);
 
 }  // namespace minfer::cpu

@@ -568,6 +568,9 @@ GroupDotManyFn group_dot_many_at(IsaLevel level, DType w) {
 }
 
 VecDotFn vec_dot_at(IsaLevel level, DType w) {
+#if defined(__aarch64__)
+    if (VecDotFn f = arm::vec_dot_neon(level, w)) return f;
+#endif
 #ifdef MINFER_X86_SIMD
     if (level == IsaLevel::Avx512)
         if (VecDotFn f = x86::vec_dot_avx512(w)) return f;
@@ -619,10 +622,6 @@ GroupDotManyFn group_dot_many_fn(DType w) {
 }
 
 VecDotFn vec_dot_fn(DType w) {
-#if defined(__aarch64__)
-    // ARM64's kernels pick their level themselves (arm/quant_dot_neon.cpp).
-    if (VecDotFn f = arm::vec_dot_neon(w)) return f;
-#endif
     return kernels().vec_dot_of(w);
 }
 

@@ -4,6 +4,7 @@
 
 #include "backend/cpu/arm/neon.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/kernel_table.h"
 #include "backend/cpu/x86/intrinsics.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -22,11 +23,13 @@ void swiglu_scalar(const float* a, const float* b, float* y, int64_t i, int64_t 
     }
 }
 
-#ifdef MINFER_VEC_X86
-bool has_avx512() {
-    return isa_at_least(IsaLevel::Avx512);
+double sum_squares_scalar(const float* x, int64_t n) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+    return sum;
 }
 
+#ifdef MINFER_VEC_X86
 MINFER_TARGET_AVX512 void swiglu_avx512(const float* a, const float* b, float* y, int64_t n) {
     int64_t i = 0;
     const __m512 one = _mm512_set1_ps(1.0f);
@@ -88,28 +91,37 @@ MINFER_TARGET_AVX2 double sum_squares_avx2(const float* x, int64_t n) {
 
 }  // namespace
 
-void swiglu_row(const float* a, const float* b, float* y, int64_t n) {
+SwigluFn swiglu_at(IsaLevel level) {
 #if defined(__aarch64__)
-    if (arm::swiglu_row_neon(a, b, y, n)) return;
+    if (level != IsaLevel::Scalar) return arm::swiglu_row_neon;
 #endif
 #ifdef MINFER_VEC_X86
-    if (has_avx512()) return swiglu_avx512(a, b, y, n);
-    if (isa_at_least(IsaLevel::Avx2)) return swiglu_avx2(a, b, y, n);
+    if (level == IsaLevel::Avx512) return swiglu_avx512;
+    if (level == IsaLevel::Avx2) return swiglu_avx2;
 #endif
-    swiglu_scalar(a, b, y, 0, n);
+    (void)level;
+    return
+        [](const float* a, const float* b, float* y, int64_t n) { swiglu_scalar(a, b, y, 0, n); };
+}
+
+SumSquaresFn sum_squares_at(IsaLevel level) {
+#if defined(__aarch64__)
+    if (level != IsaLevel::Scalar) return arm::sum_squares_neon;
+#endif
+#ifdef MINFER_VEC_X86
+    if (level == IsaLevel::Avx512) return sum_squares_avx512;
+    if (level == IsaLevel::Avx2) return sum_squares_avx2;
+#endif
+    (void)level;
+    return sum_squares_scalar;
+}
+
+void swiglu_row(const float* a, const float* b, float* y, int64_t n) {
+    kernels().swiglu(a, b, y, n);
 }
 
 double sum_squares(const float* x, int64_t n) {
-#if defined(__aarch64__)
-    if (double s; arm::sum_squares_neon(x, n, &s)) return s;
-#endif
-#ifdef MINFER_VEC_X86
-    if (has_avx512()) return sum_squares_avx512(x, n);
-    if (isa_at_least(IsaLevel::Avx2)) return sum_squares_avx2(x, n);
-#endif
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
-    return sum;
+    return kernels().sum_squares(x, n);
 }
 
 }  // namespace minfer::cpu

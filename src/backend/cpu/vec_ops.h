@@ -1,4 +1,5 @@
-// Row helpers with AVX-512 where the CPU has it, else plain loops.
+// Row helpers at the kernel level in force: each level's kernel table
+// (kernel_table.h) holds its variant (NEON, AVX2, AVX-512 or plain loops).
 #pragma once
 
 #include <cstdint>

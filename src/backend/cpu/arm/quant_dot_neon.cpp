@@ -47,12 +47,12 @@ inline int32x4_t mac(int32x4_t acc, int8x16_t a, int8x16_t b) {
 
 }  // namespace
 
-VecDotFn vec_dot_neon(DType w) {
+VecDotFn vec_dot_neon(IsaLevel level, DType w) {
     // The i8mm level keeps the sdot kernels here: smmla multiplies two
     // tokens at once, so one token's dot product would waste half of it
     // (the prompt GEMM, arm/gemm_neon.cpp, pairs tokens for it).
-    const bool dot = isa_at_least(IsaLevel::Dotprod);
-    if (!dot && !isa_at_least(IsaLevel::Neon)) return nullptr;
+    const bool dot = level == IsaLevel::Dotprod || level == IsaLevel::I8mm;
+    if (!dot && level != IsaLevel::Neon) return nullptr;
     switch (w) {
         case DType::Q8_0:
             return dot ? sdot::dot_q8_0 : plain::dot_q8_0;

@@ -1,6 +1,6 @@
 // NEON row helpers (vec_ops.h): silu / SwiGLU and the sum of squares of
 // rms_norm. NEON is part of the ARMv8-A baseline, so these need no target
-// attribute, only the run-time cap (MINFER_CPU=scalar keeps the loops).
+// attribute; the scalar level's kernel table keeps the loops.
 #if defined(__aarch64__)
 
 #include <arm_neon.h>
@@ -14,8 +14,7 @@
 
 namespace minfer::cpu::arm {
 
-bool swiglu_row_neon(const float* a, const float* b, float* y, int64_t n) {
-    if (!isa_at_least(IsaLevel::Neon)) return false;
+void swiglu_row_neon(const float* a, const float* b, float* y, int64_t n) {
     const float32x4_t one = vdupq_n_f32(1.0f);
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) {
@@ -28,11 +27,9 @@ bool swiglu_row_neon(const float* a, const float* b, float* y, int64_t n) {
         const float s = a[i] / (1.0f + std::exp(-a[i]));
         y[i] = b ? s * b[i] : s;
     }
-    return true;
 }
 
-bool sum_squares_neon(const float* x, int64_t n, double* out) {
-    if (!isa_at_least(IsaLevel::Neon)) return false;
+double sum_squares_neon(const float* x, int64_t n) {
     // each square in float, as the portable loop; the sum in 8 double lanes
     float64x2_t acc[4] = {vdupq_n_f64(0), vdupq_n_f64(0), vdupq_n_f64(0), vdupq_n_f64(0)};
     int64_t i = 0;
@@ -46,8 +43,7 @@ bool sum_squares_neon(const float* x, int64_t n, double* out) {
     }
     double sum = vaddvq_f64(vaddq_f64(vaddq_f64(acc[0], acc[1]), vaddq_f64(acc[2], acc[3])));
     for (; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
-    *out = sum;
-    return true;
+    return sum;
 }
 
 }  // namespace minfer::cpu::arm
