@@ -19,7 +19,7 @@ inline bool shared_required() {
 }
 
 inline std::string shared_file(const std::string& rel) {
-    return std::string(MINFER_SHARED_DIR) + "/" + rel;
+    return (std::filesystem::path(MINFER_SHARED_DIR) / rel).string();
 }
 
 }  // namespace minfer::testing

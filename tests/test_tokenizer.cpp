@@ -20,10 +20,6 @@ using Words = std::vector<std::string>;
 
 namespace {
 
-std::string shared_path(const std::string& rel) {
-    return std::string(MINFER_SHARED_DIR) + "/" + rel;
-}
-
 struct ParityResult {
     int matched = 0, total = 0;
     std::string first_failure;
@@ -83,8 +79,8 @@ Vocab tiny_vocab() {
 }  // namespace
 
 TEST(TokenizerParity, QwenReferenceIds) {
-    const auto model = shared_path("models/qwen2-mini-q8_0.gguf");
-    const auto ref = shared_path("ref/tokenize.jsonl");
+    const auto model = minfer::testing::shared_file("models/qwen2-mini-q8_0.gguf");
+    const auto ref = minfer::testing::shared_file("ref/tokenize.jsonl");
     MINFER_REQUIRE_SHARED_FILES(model, ref);
     auto r = run_parity(model, ref);
     EXPECT_EQ(r.matched, r.total) << r.first_failure;
@@ -92,8 +88,8 @@ TEST(TokenizerParity, QwenReferenceIds) {
 }
 
 TEST(TokenizerParity, KjvTinyReferenceIds) {
-    const auto model = shared_path("models/kjv-tiny-q8_0.gguf");
-    const auto ref = shared_path("ref/kjv-tiny-tokenize.jsonl");
+    const auto model = minfer::testing::shared_file("models/kjv-tiny-q8_0.gguf");
+    const auto ref = minfer::testing::shared_file("ref/kjv-tiny-tokenize.jsonl");
     MINFER_REQUIRE_SHARED_FILES(model, ref);
     auto r = run_parity(model, ref);
     EXPECT_EQ(r.matched, r.total) << r.first_failure;
@@ -277,7 +273,7 @@ TEST(StreamDecoder, NeverEmitsPartialCharacters) {
 }
 
 TEST(StreamDecoder, MatchesDecodeOnRealVocabulary) {
-    const auto model = shared_path("models/qwen2-mini-q8_0.gguf");
+    const auto model = minfer::testing::shared_file("models/qwen2-mini-q8_0.gguf");
     MINFER_REQUIRE_SHARED_FILES(model);
     auto f = minfer::gguf::File::open(model);
     Tokenizer tok = Tokenizer::from_gguf(f);
