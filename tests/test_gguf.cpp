@@ -557,7 +557,7 @@ TEST(GgufShared, OpensEachModel) {
     int opened = 0;
     std::string missing;
     for (const auto& m : models) {
-        const std::string path = std::string(MINFER_SHARED_DIR) + "/models/" + m.file;
+        const std::string path = minfer::testing::shared_file(std::string("models/") + m.file);
         if (!std::filesystem::exists(path)) {
             // Said, not silent; a failure where ../shared must be complete.
             if (minfer::testing::shared_required())

@@ -21,8 +21,8 @@ class SharedParity : public ::testing::TestWithParam<bool> {};
 // Param: with the matmul weights interleaved (the CLI's default) or in the
 // file's layout.
 TEST_P(SharedParity, KjvTinyGreedyTokensMatchLlamaCpp) {
-    const std::string ref = std::string(MINFER_SHARED_DIR) + "/ref/kjv-tiny-greedy.json";
-    const std::string model_path = std::string(MINFER_SHARED_DIR) + "/models/kjv-tiny-q8_0.gguf";
+    const std::string ref = minfer::testing::shared_file("ref/kjv-tiny-greedy.json");
+    const std::string model_path = minfer::testing::shared_file("models/kjv-tiny-q8_0.gguf");
     MINFER_REQUIRE_SHARED_FILES(ref, model_path);
     // at every kernel level this CPU has
     minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {

@@ -10,7 +10,6 @@
 
 #include "backend/cpu/arm/neon.h"
 #include "backend/cpu/arm/neon_exp.h"
-#include "backend/cpu/isa.h"
 
 namespace minfer::cpu::arm {
 
