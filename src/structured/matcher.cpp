@@ -1,5 +1,7 @@
 #include "structured/matcher.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -250,9 +252,14 @@ void TokenMasker::start_warming() {
 }
 
 void TokenMasker::warm_loop() {
-    // Lowest priority for this thread only (Linux: a thread id is a process
-    // id to setpriority): warming must not take CPU from the forward pass.
-    setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 19);
+    // Warming must not take CPU from the forward pass: SCHED_IDLE runs this
+    // thread only on a core nothing else wants and gives the core up at once
+    // when a pool thread wakes (nice 19 alone still shares a core for up to a
+    // scheduler slice). Where SCHED_IDLE is refused, nice 19 for this thread
+    // only (Linux: a thread id is a process id to setpriority).
+    sched_param idle{};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle) != 0)
+        setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 19);
     const CompiledGrammar& g = *g_;
     const size_t n_nodes = g.nodes.size();
     std::vector<int32_t> order;
