@@ -1,9 +1,10 @@
 // Prefill matmul: weight rows are unpacked once per tile into a common form
 // (int8 values, a float scale per 16, optionally a float min per 16;
 // gemm_unpack.h) and multiplied with many tokens, so each weight byte
-// loaded serves every token of the pass. Here the AVX-512 VNNI version
-// (vpdpbusd); x86/gemm_avx2.cpp has the AVX2 one and arm/gemm_neon.cpp the
-// ARM64 ones (smmla, sdot, plain NEON). The integer sums per (sub-)block
+// loaded serves every token of the pass. This is the door the matmul and
+// MoE kernels call; gemm.cpp sends each call to the current level's GEMM:
+// x86/gemm_avx512.cpp (vpdpbusd), x86/gemm_avx2.cpp (vpmaddubsw or
+// AVX-VNNI) or arm/gemm_neon.cpp (smmla, sdot, plain NEON). The integer sums per (sub-)block
 // equal those of the vec_dot path (ggml's); only the order of the float
 // accumulation differs.
 #pragma once

@@ -1,4 +1,4 @@
-// Scratch layouts the prompt GEMMs share (gemm.cpp, x86/gemm_avx2.cpp,
+// Scratch layouts the prompt GEMMs share (x86/gemm_avx512.cpp, x86/gemm_avx2.cpp,
 // arm/gemm_neon.cpp): weight rows in the common form of gemm_unpack.h, and
 // the panels of the signed-activation kernels (AVX2, ARM64). AVX-512's
 // panel adds a per-group correction and keeps its own struct.

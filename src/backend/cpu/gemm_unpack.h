@@ -1,7 +1,7 @@
 // One weight row of Q8_0, Q4_0, Q5_0, Q4_K, Q5_K or Q6_K in the GEMMs' common
 // form: int8 values [K] (signed, the type's offset removed), a float scale
 // per 16 [K/16] and, for Q4_K / Q5_K, -dmin * min per 16 [K/16].
-// Included by each GEMM's file (gemm.cpp, x86/gemm_avx2.cpp,
+// Included by each GEMM's file (x86/gemm_avx512.cpp, x86/gemm_avx2.cpp,
 // arm/gemm_neon.cpp) inside its anonymous namespace, after defining
 // MINFER_UNPACK_TARGET (the target attribute its loops vectorize for), so
 // each instruction-set level gets its own copy; ARM64 defines it empty, as

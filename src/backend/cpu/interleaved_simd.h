@@ -1,6 +1,6 @@
 // Unpacking of interleaved 16-row groups (tensor/interleave.h) with AVX-512,
 // shared by the decode kernels (quant_dot.cpp) and the prompt GEMM's panel
-// fill (gemm.cpp): each helper turns vectors of one dword per row into
+// fill (x86/gemm_avx512.cpp): each helper turns vectors of one dword per row into
 // vectors of one quad (4 values) per row, one row per 32-bit lane.
 #pragma once
 

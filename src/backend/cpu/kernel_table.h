@@ -17,7 +17,8 @@
 
 namespace minfer::cpu {
 
-// The prompt GEMM a level runs (gemm.h): AVX-512 VNNI (gemm.cpp), AVX2
+// The prompt GEMM a level runs (gemm.h): AVX-512 VNNI
+// (x86/gemm_avx512.cpp), AVX2
 // (x86/gemm_avx2.cpp), ARM64 (arm/gemm_neon.cpp), or none.
 enum class GemmIsa { None, Avx512, Avx2, Arm };
 

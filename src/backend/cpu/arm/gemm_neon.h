@@ -1,5 +1,5 @@
 // Prefill matmul on ARM64, the Neon, Dotprod and I8mm levels of
-// backend/cpu/isa.h: gemm.cpp's tiles, common weight form (gemm_unpack.h)
+// backend/cpu/isa.h: x86/gemm_avx512.cpp's tiles, common weight form (gemm_unpack.h)
 // and activation GEMM form (signed q, as the AVX2 path's), with 4 weight
 // rows per panel and the integer sums of each group by
 //   i8mm     smmla: a 2x8 block of two weight rows times 8 values of two

@@ -191,7 +191,7 @@ MINFER_TARGET_AVX512_VNNI inline int32_t sum_q8_32(const int8_t* qs) {
 // by the activation quad broadcast to every lane, starting from -16 *
 // sum(a): exact int32 sums of (q5 - 16) * a per row, then cvt(sum) * d_w,
 // times d_a added by one FMA: per row the float steps of the AVX-512 GEMM
-// (gemm.cpp's micro), so a token's outputs are bitwise the same alone and
+// (gemm_avx512.cpp's micro), so a token's outputs are bitwise the same alone and
 // in a batch.
 MINFER_TARGET_AVX512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const void* va,
                                                 float* out) {
@@ -222,7 +222,7 @@ MINFER_TARGET_AVX512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const
 // row: dword 8c + k holds elements 64c + 4k.. (sub-block 2c) in its low
 // nibbles and 64c + 32 + 4k.. (sub-block 2c + 1) in its high. The integer
 // sum of each sub-block is exact; the float steps are those of the AVX-512
-// GEMM (gemm.cpp's micro_k), sub-block by sub-block: cvt(sum) times d *
+// GEMM (gemm_avx512.cpp's micro_k), sub-block by sub-block: cvt(sum) times d *
 // scale, then -dmin * min times the activations' sum, into a block sum
 // that takes the activation scale once. So a token's outputs are bitwise
 // the same alone (here) and in a batch (the GEMM).

@@ -1,6 +1,6 @@
 // Prefill matmul on 256-bit vectors (AVX2 + FMA + F16C), the Avx2 level of
 // backend/cpu/isa.h: the same tiles, common weight form and activation
-// GEMM form as gemm.cpp's AVX-512 VNNI path, with 8 weight rows per vector
+// GEMM form as gemm_avx512.cpp's AVX-512 VNNI one, with 8 weight rows per vector
 // and int8 products summed by vpmaddubsw / vpmaddwd. gemm.cpp dispatches
 // the GEMM here, quant_dot.cpp the Avx2 level's group kernels.
 #pragma once
