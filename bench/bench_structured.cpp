@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "../tests/shared_path.h"
 #include "../tests/structured_corpus.h"
 #include "gguf/gguf.h"
 #include "structured/compiled.h"
@@ -29,7 +30,7 @@ const char* const kSchemas[] = {"issue31_reply",       "openai_ui_recursive", "e
 
 std::shared_ptr<const TokenVocab> qwen_vocab() {
     static std::shared_ptr<const TokenVocab> v = [] {
-        std::string model = std::string(MINFER_SHARED_DIR) + "/models/qwen2-mini-q8_0.gguf";
+        const std::string model = minfer::testing::shared_file("models/qwen2-mini-q8_0.gguf");
         if (!std::filesystem::exists(model)) return std::shared_ptr<const TokenVocab>();
         auto f = minfer::gguf::File::open(model);
         auto tok = minfer::tokenizer::Tokenizer::from_gguf(f);

@@ -6,15 +6,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "../tests/shared_path.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
 
 void BM_TokenizeQwenSeedX60(benchmark::State& state) {
-    const std::string shared = MINFER_SHARED_DIR;
-    const std::string model = shared + "/models/qwen2-mini-q8_0.gguf";
-    const std::string seed = shared + "/seed/000_a93a56c6dc6033e5.txt";
+    const std::string model = minfer::testing::shared_file("models/qwen2-mini-q8_0.gguf");
+    const std::string seed = minfer::testing::shared_file("seed/000_a93a56c6dc6033e5.txt");
     if (!std::filesystem::exists(model) || !std::filesystem::exists(seed)) {
         state.SkipWithError("needs ../shared/models/qwen2-mini-q8_0.gguf and ../shared/seed");
         return;

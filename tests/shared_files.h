@@ -11,15 +11,13 @@
 #include <filesystem>
 #include <string>
 
+#include "shared_path.h"
+
 namespace minfer::testing {
 
 inline bool shared_required() {
     const char* v = std::getenv("MINFER_REQUIRE_SHARED");
     return v && std::strcmp(v, "1") == 0;
-}
-
-inline std::string shared_file(const std::string& rel) {
-    return (std::filesystem::path(MINFER_SHARED_DIR) / rel).string();
 }
 
 }  // namespace minfer::testing
