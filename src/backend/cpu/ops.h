@@ -23,7 +23,8 @@ struct MatMulPart {
 // argument: when w's type has no GEMM (every count takes the
 // dot products), or when w is regrouped (tensor/interleave.h) and its type
 // has a group kernel for the decode, which does per row the float steps of
-// the GEMM (x86-64: Q8_0, Q4_K, Q6_K at Avx2; also Q5_0 at Avx512).
+// the GEMM (x86-64: Q8_0, Q5_0, Q4_K, Q6_K at Avx2 and at Avx512, Q5_0
+// there with BITALG).
 bool matmul_batch_invariant(const tensor::TensorView& w);
 
 // Whether matmul takes the GEMM path for n_tokens tokens of w (else the dot

@@ -566,7 +566,7 @@ Fn at(IsaLevel level, Fn v4, Fn v3, Fn plain) {
 GroupDotFn group_dot_at(IsaLevel level, bool avx_vnni, DType w) {
 #ifdef MINFER_X86_SIMD
     if (level == IsaLevel::Avx512) return x86::group_dot_avx512(w);
-    // Avx2: Q8_0, Q4_K, Q6_K (x86/gemm_avx2.cpp, beside the GEMM it mirrors).
+    // Avx2: Q8_0, Q5_0, Q4_K, Q6_K (x86/gemm_avx2.cpp, beside the GEMM it mirrors).
     if (level == IsaLevel::Avx2) return avx2::group_dot(w, avx_vnni);
 #endif
     (void)level, (void)avx_vnni, (void)w;

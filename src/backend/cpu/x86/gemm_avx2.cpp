@@ -194,7 +194,40 @@ struct Q8_0GroupSource : GroupBase<16 * sizeof(block_q8_0)> {
     MINFER_TARGET_AVX2 __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
 };
 
-// The K-quants' values need unpacking, so the GEMM writes them into panels
+// Q5_0 (tensor/interleave.h): per block of 16 rows the 16 f16 scales, the
+// 16 qh dwords, then 4 qs dword units: unit u holds elements 4u.. in its low
+// nibbles and 16 + 4u.. in its high. Element e's fifth bit is bit e of qh.
+// Values q - 16 (signed), as gemm_unpack.h has them; the scale is d.
+struct Q5_0GroupSource : GroupBase<16 * sizeof(block_q5_0)> {
+    MINFER_TARGET_AVX2 __m256i quad(int i, int64_t k) const {
+        const int q = static_cast<int>(k % 8);  // quad of the block: elements 4q .. 4q + 3
+        const uint8_t* blk = block(i, k / 8);
+        const __m256i qs = load32(blk + 96 + 64 * (q % 4) + 32 * half(i));
+        const __m256i m4 = _mm256_set1_epi8(0xF);
+        const __m256i lo =
+            q < 4 ? _mm256_and_si256(qs, m4) : _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
+        // qh bits 4q .. 4q + 3 are nibble q % 2 of byte q / 2: that byte
+        // copied to the four bytes of its dword, byte m tested for bit m of
+        // the nibble, and a set bit made 0x10.
+        const __m256i qh = load32(blk + 32 + 32 * half(i));
+        const __m256i pick =
+            _mm256_add_epi8(_mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404,
+                                              0x08080808, 0x0C0C0C0C),
+                            _mm256_set1_epi8(static_cast<char>(q / 2)));
+        const __m256i bit = _mm256_set1_epi32(q % 2 ? static_cast<int>(0x80402010u) : 0x08040201);
+        const __m256i set =
+            _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, pick), bit), bit);
+        const __m256i hi = _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+        return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(16));
+    }
+    MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
+        const uint8_t* d = block(i, g) + 16 * half(i);
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d)));
+    }
+    MINFER_TARGET_AVX2 __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
+};
+
+// Q5_0 and the K-quants need unpacking, so the GEMM writes them into panels
 // once per call (fill_from) while the decode kernel reads them in place.
 
 // Q4_K (tensor/interleave.h): per super-block of 16 rows, the 16 d, the 16
@@ -328,8 +361,8 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
             }
         }
     };
-    // Whole regrouped groups: Q8_0 read in place, Q4_K / Q6_K unpacked
-    // straight from them (other cases through the common form).
+    // Whole regrouped groups: Q8_0 read in place, Q5_0 / Q4_K / Q6_K
+    // unpacked straight from them (other cases through the common form).
     const bool whole_groups =
         interleaved && r0 % tensor::kInterleaveRows == 0 && n % tensor::kInterleaveRows == 0;
     const size_t group_bytes = tensor::kInterleaveRows * w_row_bytes;
@@ -345,7 +378,9 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
     const auto [rows, gguf_row] =
         gemm_layout::carve_signed_scratch(scratch, K, G, kLanes, kPanels, p);
     for (int i = 0; i < n_panels; ++i) {
-        if (whole_groups && wtype == DType::Q4_K)
+        if (whole_groups && wtype == DType::Q5_0)
+            fill_from(Q5_0GroupSource{{w0, group_bytes}}, i, K, G, false, p[i]);
+        else if (whole_groups && wtype == DType::Q4_K)
             fill_from(Q4_KGroupSource{{w0, group_bytes}}, i, K, G, true, p[i]);
         else if (whole_groups && wtype == DType::Q6_K)
             fill_from(Q6_KGroupSource{{w0, group_bytes}}, i, K, G, false, p[i]);
@@ -417,12 +452,78 @@ MINFER_TARGET_AVX2 void group_dot_q6_K(int64_t n, const void* group, const void*
     _mm256_storeu_ps(out, acc[0]);
     _mm256_storeu_ps(out + 8, acc[1]);
 }
+
+// Q5_0's decode kernel by hand: the source's quad() picks each quad's
+// fifth bits out of qh alone; here the qh byte of two quads is spread once,
+// and the weights are taken unsigned (q = 0..31, vpmaddubsw's unsigned
+// operand as they are: no vpabsb, no vpsignb). The exact sum of q * a less
+// 16 times the block's activation sum is the GEMM's integer sum of
+// (q - 16) * a, and micro's float steps follow: bitwise the GEMM's.
+MINFER_TARGET_AVX2 void group_dot_q5_0(int64_t n, const void* group, const void* va, float* out) {
+    const auto* y = static_cast<const block_q8_0*>(va);
+    const Q5_0GroupSource src{{static_cast<const uint8_t*>(group), 0}};
+    const __m256i m4 = _mm256_set1_epi8(0xF), b10 = _mm256_set1_epi8(0x10);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    // byte j of each dword copied to its four bytes (add j), then byte m
+    // tested for bit m of the low or the high nibble
+    const __m256i dword_bytes = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0,
+                                                  0x04040404, 0x08080808, 0x0C0C0C0C);
+    const __m256i nibble_bits[2] = {_mm256_set1_epi32(0x08040201),
+                                    _mm256_set1_epi32(static_cast<int>(0x80402010u))};
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < n / QK5_0; ++b) {
+        const uint8_t* blk = src.block(0, b);
+        // 16 times the activations' sum, in every lane
+        const __m256i a_all = load32(reinterpret_cast<const uint8_t*>(y[b].qs));
+        __m256i asum = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a_all), ones16);
+        asum = _mm256_add_epi32(asum, _mm256_permute2x128_si256(asum, asum, 1));
+        asum = _mm256_add_epi32(asum, _mm256_shuffle_epi32(asum, 0x4E));
+        asum = _mm256_add_epi32(asum, _mm256_shuffle_epi32(asum, 0xB1));
+        const __m256i offset = _mm256_slli_epi32(asum, 4);
+        __m256i a[8];
+        for (int q = 0; q < 8; ++q) {
+            int32_t a4;
+            std::memcpy(&a4, y[b].qs + 4 * q, 4);
+            a[q] = _mm256_set1_epi32(a4);
+        }
+        const __m256 da = _mm256_set1_ps(fp16_to_fp32(y[b].d));
+        for (int h = 0; h < 2; ++h) {
+            const __m256i qh = load32(blk + 32 + 32 * h);
+            __m256i spread[4];  // byte j of qh: the fifth bits of quads 2j, 2j + 1
+            for (int j = 0; j < 4; ++j)
+                spread[j] = _mm256_shuffle_epi8(
+                    qh, _mm256_add_epi8(dword_bytes, _mm256_set1_epi8(static_cast<char>(j))));
+            __m256i pairs[2];  // int16 pair sums of quads 0..3 and 4..7 (each <= 4 * 2 * 31 * 128)
+            for (int u = 0; u < 4; ++u) {  // qs unit u: quad u (low nibbles), quad u + 4 (high)
+                const __m256i qs = load32(blk + 96 + 64 * u + 32 * h);
+                for (int hi = 0; hi < 2; ++hi) {
+                    const int q = u + 4 * hi;
+                    const __m256i lo = _mm256_and_si256(hi ? _mm256_srli_epi16(qs, 4) : qs, m4);
+                    const __m256i& bits = nibble_bits[q % 2];
+                    const __m256i fifth = _mm256_and_si256(
+                        _mm256_cmpeq_epi8(_mm256_and_si256(spread[q / 2], bits), bits), b10);
+                    const __m256i p = _mm256_maddubs_epi16(_mm256_or_si256(lo, fifth), a[q]);
+                    pairs[hi] = u == 0 ? p : _mm256_add_epi16(pairs[hi], p);
+                }
+            }
+            const __m256i isum =
+                _mm256_sub_epi32(_mm256_add_epi32(_mm256_madd_epi16(pairs[0], ones16),
+                                                  _mm256_madd_epi16(pairs[1], ones16)),
+                                 offset);
+            acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(isum), src.scale(h, b)), da,
+                                     acc[h]);
+        }
+    }
+    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out + 8, acc[1]);
+}
 }  // namespace
 #endif
 
 GroupDot group_dot(DType t, bool avx_vnni) {
 #ifdef MINFER_GEMM_AVX2
     if (t == DType::Q6_K) return group_dot_q6_K;
+    if (t == DType::Q5_0) return group_dot_q5_0;
     return avx_vnni ? vnni::group_dot_of(t) : plain::group_dot_of(t);
 #else
     (void)t, (void)avx_vnni;

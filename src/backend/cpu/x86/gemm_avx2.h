@@ -23,7 +23,7 @@ void gemm_rows(tensor::DType wtype, bool interleaved, const uint8_t* w, size_t w
                int64_t n_tokens, float* out, int64_t out_stride, void* scratch);
 
 // The decode kernel for one interleaved 16-row group (tensor/interleave.h)
-// of Q8_0, Q4_K or Q6_K against one activation row in the dot products'
+// of Q8_0, Q5_0, Q4_K or Q6_K against one activation row in the dot products'
 // form (block_q8_0 / block_q8_K): out[16]. It does per row the GEMM
 // micro-kernel's float steps on the same values, so a token's outputs are
 // bitwise the same alone and in a batch. nullptr for other types. The
