@@ -31,9 +31,9 @@ GemmIsa gemm_isa() {
 
 }  // namespace
 
-// Which prompt GEMM runs at a level: the AVX-512 VNNI one, the AVX2 one
-// (x86/gemm_avx2.cpp), the ARM64 one (arm/gemm_neon.cpp: smmla, sdot or
-// plain NEON by level), or none (the dot-product path).
+// Which prompt GEMM runs at a level: the AVX-512 VNNI one
+// (x86/gemm_avx512.cpp), the AVX2 one (x86/gemm_avx2.cpp), the ARM64 one (arm/gemm_neon.cpp: smmla,
+// sdot or plain NEON by level), or none (the dot-product path).
 GemmIsa gemm_at(IsaLevel level) {
 #ifdef MINFER_GEMM_X86
     if (level == IsaLevel::Avx512) return GemmIsa::Avx512;

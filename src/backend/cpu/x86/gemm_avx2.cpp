@@ -194,6 +194,23 @@ struct Q8_0GroupSource : GroupBase<16 * sizeof(block_q8_0)> {
     MINFER_TARGET_AVX2 __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
 };
 
+// Q5_0's fifth bits, one row per 32-bit lane of qh. Bits 4q .. 4q + 3 (quad
+// q) are nibble q % 2 of byte q / 2: q5_0_qh_byte copies byte j of each
+// lane to the lane's four bytes (the bits of quads 2j and 2j + 1), and
+// q5_0_fifth_bits tests byte m of that for bit m of quad q's nibble,
+// making a set bit 0x10.
+MINFER_TARGET_AVX2 inline __m256i q5_0_qh_byte(__m256i qh, int j) {
+    const __m256i dword_bytes = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0,
+                                                  0x04040404, 0x08080808, 0x0C0C0C0C);
+    return _mm256_shuffle_epi8(
+        qh, _mm256_add_epi8(dword_bytes, _mm256_set1_epi8(static_cast<char>(j))));
+}
+MINFER_TARGET_AVX2 inline __m256i q5_0_fifth_bits(__m256i qh_byte, int q) {
+    const __m256i bits = _mm256_set1_epi32(q % 2 ? static_cast<int>(0x80402010u) : 0x08040201);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh_byte, bits), bits),
+                            _mm256_set1_epi8(0x10));
+}
+
 // Q5_0 (tensor/interleave.h): per block of 16 rows the 16 f16 scales, the
 // 16 qh dwords, then 4 qs dword units: unit u holds elements 4u.. in its low
 // nibbles and 16 + 4u.. in its high. Element e's fifth bit is bit e of qh.
@@ -206,18 +223,8 @@ struct Q5_0GroupSource : GroupBase<16 * sizeof(block_q5_0)> {
         const __m256i m4 = _mm256_set1_epi8(0xF);
         const __m256i lo =
             q < 4 ? _mm256_and_si256(qs, m4) : _mm256_and_si256(_mm256_srli_epi16(qs, 4), m4);
-        // qh bits 4q .. 4q + 3 are nibble q % 2 of byte q / 2: that byte
-        // copied to the four bytes of its dword, byte m tested for bit m of
-        // the nibble, and a set bit made 0x10.
         const __m256i qh = load32(blk + 32 + 32 * half(i));
-        const __m256i pick =
-            _mm256_add_epi8(_mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404,
-                                              0x08080808, 0x0C0C0C0C),
-                            _mm256_set1_epi8(static_cast<char>(q / 2)));
-        const __m256i bit = _mm256_set1_epi32(q % 2 ? static_cast<int>(0x80402010u) : 0x08040201);
-        const __m256i set =
-            _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, pick), bit), bit);
-        const __m256i hi = _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+        const __m256i hi = q5_0_fifth_bits(q5_0_qh_byte(qh, q / 2), q);
         return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(16));
     }
     MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
@@ -454,7 +461,7 @@ MINFER_TARGET_AVX2 void group_dot_q6_K(int64_t n, const void* group, const void*
 }
 
 // Q5_0's decode kernel by hand: the source's quad() picks each quad's
-// fifth bits out of qh alone; here the qh byte of two quads is spread once,
+// fifth bits out of qh alone; here the qh byte of two quads is copied once,
 // and the weights are taken unsigned (q = 0..31, vpmaddubsw's unsigned
 // operand as they are: no vpabsb, no vpsignb). The exact sum of q * a less
 // 16 times the block's activation sum is the GEMM's integer sum of
@@ -462,14 +469,8 @@ MINFER_TARGET_AVX2 void group_dot_q6_K(int64_t n, const void* group, const void*
 MINFER_TARGET_AVX2 void group_dot_q5_0(int64_t n, const void* group, const void* va, float* out) {
     const auto* y = static_cast<const block_q8_0*>(va);
     const Q5_0GroupSource src{{static_cast<const uint8_t*>(group), 0}};
-    const __m256i m4 = _mm256_set1_epi8(0xF), b10 = _mm256_set1_epi8(0x10);
+    const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    // byte j of each dword copied to its four bytes (add j), then byte m
-    // tested for bit m of the low or the high nibble
-    const __m256i dword_bytes = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0,
-                                                  0x04040404, 0x08080808, 0x0C0C0C0C);
-    const __m256i nibble_bits[2] = {_mm256_set1_epi32(0x08040201),
-                                    _mm256_set1_epi32(static_cast<int>(0x80402010u))};
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t b = 0; b < n / QK5_0; ++b) {
         const uint8_t* blk = src.block(0, b);
@@ -489,19 +490,15 @@ MINFER_TARGET_AVX2 void group_dot_q5_0(int64_t n, const void* group, const void*
         const __m256 da = _mm256_set1_ps(fp16_to_fp32(y[b].d));
         for (int h = 0; h < 2; ++h) {
             const __m256i qh = load32(blk + 32 + 32 * h);
-            __m256i spread[4];  // byte j of qh: the fifth bits of quads 2j, 2j + 1
-            for (int j = 0; j < 4; ++j)
-                spread[j] = _mm256_shuffle_epi8(
-                    qh, _mm256_add_epi8(dword_bytes, _mm256_set1_epi8(static_cast<char>(j))));
+            __m256i qh_byte[4];  // the fifth bits of quads 2j, 2j + 1
+            for (int j = 0; j < 4; ++j) qh_byte[j] = q5_0_qh_byte(qh, j);
             __m256i pairs[2];  // int16 pair sums of quads 0..3 and 4..7 (each <= 4 * 2 * 31 * 128)
             for (int u = 0; u < 4; ++u) {  // qs unit u: quad u (low nibbles), quad u + 4 (high)
                 const __m256i qs = load32(blk + 96 + 64 * u + 32 * h);
                 for (int hi = 0; hi < 2; ++hi) {
                     const int q = u + 4 * hi;
                     const __m256i lo = _mm256_and_si256(hi ? _mm256_srli_epi16(qs, 4) : qs, m4);
-                    const __m256i& bits = nibble_bits[q % 2];
-                    const __m256i fifth = _mm256_and_si256(
-                        _mm256_cmpeq_epi8(_mm256_and_si256(spread[q / 2], bits), bits), b10);
+                    const __m256i fifth = q5_0_fifth_bits(qh_byte[q / 2], q);
                     const __m256i p = _mm256_maddubs_epi16(_mm256_or_si256(lo, fifth), a[q]);
                     pairs[hi] = u == 0 ? p : _mm256_add_epi16(pairs[hi], p);
                 }
