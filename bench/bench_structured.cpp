@@ -77,13 +77,15 @@ vocab_and_schema(benchmark::State& state) {
 void BM_StructuredCompile(benchmark::State& state) {
     const auto& c = corpus_schema(kSchemas[state.range(0)]);
     state.SetLabel(c.name);
-    size_t nodes = 0;
+    size_t nodes = 0, classes = 0;
     for (auto _ : state) {
         auto g = compile_grammar(parse_gbnf(json_schema_to_gbnf(c.schema)));
         nodes = g.nodes.size();
+        classes = size_t(g.n_node_classes);
         benchmark::DoNotOptimize(g.nodes.data());
     }
     state.counters["nodes"] = double(nodes);
+    state.counters["mask_classes"] = double(classes);
 }
 BENCHMARK(BM_StructuredCompile)
     ->DenseRange(0, std::size(kSchemas) - 1)
@@ -118,7 +120,7 @@ void BM_StructuredMask(benchmark::State& state) {
     state.counters["p99_us"] = minfer::quantile_of_sorted(us, 0.99);
     state.counters["max_us"] = us.back();
     state.counters["states"] = double(states.size());
-    state.counters["cached_nodes"] = double(masker.n_cached_nodes());
+    state.counters["cached_nodes"] = double(masker.n_cached_masks());
     state.counters["walks_first_use_ms"] = first_use_ms;
     state.SetItemsProcessed(int64_t(us.size()));
 }
@@ -135,7 +137,7 @@ void BM_StructuredWarmAll(benchmark::State& state) {
     for (auto _ : state) {
         TokenMasker masker(g, vocab);
         masker.warm_all();
-        n = masker.n_cached_nodes();
+        n = masker.n_cached_masks();
     }
     state.counters["nodes"] = double(n);
 }
@@ -188,7 +190,7 @@ void BM_StructuredMaskFromFirstUse(benchmark::State& state, size_t schema) {
         warm.start_warming();
         while (!warm.warmed()) std::this_thread::sleep_for(std::chrono::microseconds(200));
         warm_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        nodes = warm.n_cached_nodes();
+        nodes = warm.n_cached_masks();
         for (const Matcher& m : states) {
             auto a = Clock::now();
             warm.compute_mask(m, mask);

@@ -148,6 +148,30 @@ TEST(StructuredGrammar, ErrorsNameLineColumnAndWhat) {
     expect_error("root ::= \"a\xC3", "invalid UTF-8 in the grammar text");
 }
 
+// The node the output stands on after `input` (one stack: no ambiguity).
+int32_t node_after(const std::shared_ptr<const CompiledGrammar>& g, std::string_view input) {
+    Matcher m(g);
+    EXPECT_TRUE(m.accept_bytes(input)) << input;
+    EXPECT_EQ(m.stacks().size(), 1u) << input;
+    return m.stacks().front().back();
+}
+
+TEST(StructuredGrammar, NodesThatContinueAlikeShareAClassOthersDoNot) {
+    // num is inlined into both alternatives: two copies of its nodes.
+    auto same = compile_text("root ::= \"a\" num \"!\" | \"b\" num \"!\"\nnum ::= [0-9]+");
+    ASSERT_EQ(same->node_class.size(), same->nodes.size());
+    const int32_t a = node_after(same, "a1"), b = node_after(same, "b1");
+    EXPECT_NE(a, b);
+    EXPECT_EQ(same->node_class[a], same->node_class[b]);
+    EXPECT_LT(same->n_node_classes, int32_t(same->nodes.size()));
+    // Different text after the number: the copies differ two bytes on.
+    auto differ = compile_text("root ::= \"a\" num \"!\" | \"b\" num \"?\"\nnum ::= [0-9]+");
+    EXPECT_NE(differ->node_class[node_after(differ, "a1")],
+              differ->node_class[node_after(differ, "b1")]);
+    // The start differs from both (it takes 'a' and 'b', they take digits).
+    EXPECT_NE(same->node_class[same->root_start], same->node_class[a]);
+}
+
 TEST(StructuredMatcher, RollbackCopyAndSerializeResumeTheSameState) {
     auto g = compile_text(R"(
 root ::= "[" (v ("," v)*)? "]"

@@ -35,6 +35,9 @@ struct CompiledGrammar {
     std::vector<int32_t> next;  // [n_nodes * n_classes] next node or -1
     int32_t root_start = -1;
     std::vector<std::string> rule_names;  // [rules of the source grammar]
+    // [n_nodes] equivalent_node_classes: nodes of one class share a token mask.
+    std::vector<int32_t> node_class;
+    int32_t n_node_classes = 0;
 
     int32_t step(int32_t node, uint8_t byte) const {
         return next[size_t(node) * size_t(n_classes) + byte_class[byte]];
@@ -44,6 +47,16 @@ struct CompiledGrammar {
 // Throws minfer::Error on left recursion or a rule that can never finish
 // (both naming the rule), or a grammar whose automaton exceeds the size limit.
 CompiledGrammar compile_grammar(const Grammar& g);
+
+// Nodes that behave alike from any stack get the same class: the same final
+// flag, the same calls (callee start and resume node alike) and, byte class
+// by byte class, successors alike (Moore's partition refinement: the coarsest
+// such partition). Rule ids do not count: matching never reads them. Inlined
+// copies of a rule that continue alike (every JSON string value's body before
+// the same closing text, say) fall into one class, so a token mask computed
+// for one node holds for the whole class. Returns [n_nodes] class ids, dense
+// from 0.
+std::vector<int32_t> equivalent_node_classes(const CompiledGrammar& g);
 
 // Parse positions. An empty stack is a finished parse (the root rule
 // returned). A set is kept sorted and without duplicates, and every non-empty

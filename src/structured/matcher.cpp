@@ -209,10 +209,15 @@ TokenMasker::TokenMasker(std::shared_ptr<const CompiledGrammar> g,
     : g_(std::move(g)), vocab_(std::move(vocab)) {
     if (vocab_->max_len > 65535)
         throw Error("token vocabulary: a token is longer than 65535 bytes");
-    cache_ = std::make_unique<std::atomic<const NodeMask*>[]>(g_->nodes.size());
+    // A grammar put together by hand rather than by compile_grammar has no classes yet.
+    class_ =
+        g_->node_class.size() == g_->nodes.size() ? g_->node_class : equivalent_node_classes(*g_);
+    size_t n_classes = 0;
+    for (int32_t c : class_) n_classes = std::max(n_classes, size_t(c) + 1);
+    cache_ = std::make_unique<std::atomic<const NodeMask*>[]>(n_classes);
     simple_.reserve(g_->nodes.size());
     for (const auto& n : g_->nodes) simple_.push_back(n.calls.empty() && !n.final ? 1 : 0);
-    for (size_t i = 0; i < g_->nodes.size(); ++i) cache_[i].store(nullptr);
+    for (size_t i = 0; i < n_classes; ++i) cache_[i].store(nullptr);
 }
 
 TokenMasker::~TokenMasker() {
@@ -221,7 +226,7 @@ TokenMasker::~TokenMasker() {
 }
 
 const TokenMasker::NodeMask& TokenMasker::node_mask(int32_t node) const {
-    const NodeMask* m = cache_[node].load(std::memory_order_acquire);
+    const NodeMask* m = cache_[class_[size_t(node)]].load(std::memory_order_acquire);
     if (m) return *m;
     built_on_use_.fetch_add(1, std::memory_order_relaxed);
     return cache_node_mask(node);
@@ -229,16 +234,18 @@ const TokenMasker::NodeMask& TokenMasker::node_mask(int32_t node) const {
 
 const TokenMasker::NodeMask& TokenMasker::cache_node_mask(int32_t node) const {
     auto built = build_node_mask(node);
+    std::atomic<const NodeMask*>& slot = cache_[class_[size_t(node)]];
     std::lock_guard<std::mutex> lock(mu_);
-    const NodeMask* m = cache_[node].load(std::memory_order_acquire);
-    if (m) return *m;  // another thread built it first
+    const NodeMask* m = slot.load(std::memory_order_acquire);
+    if (m) return *m;  // another thread built it (or an equivalent node's) first
     owned_.push_back(std::move(built));
-    cache_[node].store(owned_.back().get(), std::memory_order_release);
+    slot.store(owned_.back().get(), std::memory_order_release);
     return *owned_.back();
 }
 
 void TokenMasker::build_if_missing(int32_t node) const {
-    if (g_->nodes[size_t(node)].has_bytes && !cache_[node].load(std::memory_order_acquire))
+    if (g_->nodes[size_t(node)].has_bytes &&
+        !cache_[class_[size_t(node)]].load(std::memory_order_acquire))
         cache_node_mask(node);
 }
 
@@ -288,7 +295,7 @@ void TokenMasker::warm_loop() {
     warmed_.store(true, std::memory_order_release);
 }
 
-size_t TokenMasker::n_cached_nodes() const {
+size_t TokenMasker::n_cached_masks() const {
     std::lock_guard<std::mutex> lock(mu_);
     return owned_.size();
 }

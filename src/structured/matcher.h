@@ -9,7 +9,9 @@
 //
 // TokenMasker: one per (grammar, vocabulary), shared by the sequences using
 // that grammar. compute_mask fills the bitset of tokens whose whole byte
-// string the matcher accepts. Per DFA node it caches, on first use, which
+// string the matcher accepts. Per class of equivalent DFA nodes
+// (CompiledGrammar::node_class: they take the same bytes alike from any
+// stack, so their masks are equal) it caches, on first use, which
 // tokens are accepted whatever the rules around the node are (the node's
 // rule does not end inside the token) and which depend on them (the rule may
 // end inside the token: the rest is checked against the actual stack below);
@@ -139,8 +141,9 @@ class TokenMasker {
     void start_warming();
     // The warming thread has built every node (false if never started).
     bool warmed() const { return warmed_.load(std::memory_order_acquire); }
-    size_t n_cached_nodes() const;
-    // Nodes built by compute_mask or accept_token because they were not yet.
+    // Node masks built: one per class of equivalent nodes that has bytes.
+    size_t n_cached_masks() const;
+    // Node masks built by compute_mask or accept_token because they were not yet.
     size_t n_built_on_use() const { return built_on_use_.load(std::memory_order_relaxed); }
 
     const TokenVocab& vocab() const { return *vocab_; }
@@ -156,7 +159,8 @@ class TokenMasker {
 
     std::shared_ptr<const CompiledGrammar> g_;
     std::shared_ptr<const TokenVocab> vocab_;
-    std::unique_ptr<std::atomic<const NodeMask*>[]> cache_;  // [n_nodes]
+    std::vector<int32_t> class_;                             // [n_nodes] node_class
+    std::unique_ptr<std::atomic<const NodeMask*>[]> cache_;  // [classes]
     // [n_nodes] 1 where the node neither calls nor may end: a step onto it
     // keeps a single stack single (read on every byte of a node's walk).
     std::vector<uint8_t> simple_;
