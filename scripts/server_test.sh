@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real clients against `minfer serve` on loopback, with the built-in tiny model:
-#   1. the official OpenAI JavaScript library (npm package `openai`),
+#   1. the official OpenAI JavaScript library (npm package `openai`), the Vercel
+#      AI SDK (`ai`) and LangChain (`@langchain/openai`),
 #   2. the chat page at / in headless Chromium (puppeteer-core + Debian's chromium),
 #   3. two replicas behind Debian's nginx (sticky by client key, /health checks),
 #   4. a bounded load test (well-formed, malformed and abandoned requests).
@@ -59,12 +60,13 @@ stop_server() {
     grep -q "minfer: stopped" "$work/$2.log" || { echo "server test: $2 did not stop gracefully"; exit 1; }
 }
 
-# 1. The OpenAI library.
+# 1. The OpenAI library, then the Vercel AI SDK and LangChain (structured output).
 start_server openai --api-key test-key -c 2048 -np 4
 (cd "$root/tests/client" && MINFER_URL="http://127.0.0.1:$port/v1" MINFER_API_KEY=test-key \
-    timeout 120 node --test openai_client.test.mjs) || { tail -20 "$work/openai.log"; exit 1; }
+    timeout 180 node --test openai_client.test.mjs sdk_clients.test.mjs) ||
+    { tail -20 "$work/openai.log"; exit 1; }
 stop_server "${pids[-1]}" openai
-echo "server test: OpenAI client passed"
+echo "server test: OpenAI library, AI SDK and LangChain clients passed"
 
 # 2. The chat page in headless Chromium.
 if [[ -z "${SKIP_BROWSER:-}" ]]; then
