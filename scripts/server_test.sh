@@ -4,7 +4,8 @@
 #      AI SDK (`ai`) and LangChain (`@langchain/openai`),
 #   2. the chat page at / in headless Chromium (puppeteer-core + Debian's chromium),
 #   3. two replicas behind Debian's nginx (sticky by client key, /health checks),
-#   4. a bounded load test (well-formed, malformed and abandoned requests).
+#   4. a bounded load test (well-formed, malformed and abandoned requests), with
+#      the built-in model and again with a mixture-of-experts one (qwen3moe-mini).
 # Installs what it needs (npm ci into tests/client/, apt packages), starts
 # each server on a free 127.0.0.1 port (--port 0), stops it, and fails on the
 # first failing step. Takes well under a minute after the installs.
@@ -41,7 +42,7 @@ trap cleanup EXIT
 # start_server NAME ARGS...: starts minfer serve on a free port; sets $port.
 start_server() {
     local name="$1"; shift
-    "$bin" serve -m "$model" --port 0 -t 1 "$@" >"$work/$name.log" 2>&1 &
+    "$bin" serve -m "${server_model:-$model}" --port 0 -t 1 "$@" >"$work/$name.log" 2>&1 &
     pids+=($!)
     local pid=$!
     for _ in $(seq 1 200); do
@@ -92,5 +93,24 @@ if [[ -z "${SKIP_LOAD:-}" ]]; then
         --requests 120 --concurrency 8 --seconds 90 || { tail -30 "$work/load.log"; exit 1; }
     stop_server "${pids[-1]}" load
     echo "server test: load test passed"
+
+    # The same guarantees with a mixture-of-experts model (qwen3moe-mini:
+    # router, top-k and expert matmuls in every pass): the MoE parity test's
+    # file in the build tree, else one written by ../shared's synth_model.py.
+    moe="$build/moe-models/qwen3moe-mini-q8_0.gguf"
+    synth="${MINFER_SHARED_DIR:-$root/../shared}/tools/synth_model.py"
+    if [[ ! -f "$moe" && -f "$synth" ]] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+        moe="$work/qwen3moe-mini-q8_0.gguf"
+        /usr/bin/python3 "$synth" --preset qwen3moe-mini --ftype q8_0 -o "$moe" >/dev/null
+    fi
+    if [[ -f "$moe" ]]; then
+        server_model="$moe" start_server load_moe -c 4096 -np 4 --queue-limit 8 --max-body-size 65536
+        timeout 180 python3 "$root/tests/client/load_test.py" --url "http://127.0.0.1:$port" \
+            --requests 60 --concurrency 8 --seconds 90 || { tail -30 "$work/load_moe.log"; exit 1; }
+        stop_server "${pids[-1]}" load_moe
+        echo "server test: load test on a MoE model passed"
+    else
+        echo "server test: MoE load test skipped (no $moe; ../shared/tools and python3-numpy write one)"
+    fi
 fi
 echo "server test: passed"
