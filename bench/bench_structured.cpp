@@ -120,7 +120,7 @@ void BM_StructuredMask(benchmark::State& state) {
     state.counters["p99_us"] = minfer::quantile_of_sorted(us, 0.99);
     state.counters["max_us"] = us.back();
     state.counters["states"] = double(states.size());
-    state.counters["cached_nodes"] = double(masker.n_cached_masks());
+    state.counters["cached_masks"] = double(masker.n_cached_masks());
     state.counters["walks_first_use_ms"] = first_use_ms;
     state.SetItemsProcessed(int64_t(us.size()));
 }
@@ -129,7 +129,7 @@ BENCHMARK(BM_StructuredMask)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
 
-// Filling every node's cache at once (what a server could do at compile time).
+// Filling every node class's mask at once (what a server could do at compile time).
 void BM_StructuredWarmAll(benchmark::State& state) {
     auto [vocab, g] = vocab_and_schema(state);
     if (!vocab) return;
@@ -139,7 +139,7 @@ void BM_StructuredWarmAll(benchmark::State& state) {
         masker.warm_all();
         n = masker.n_cached_masks();
     }
-    state.counters["nodes"] = double(n);
+    state.counters["masks"] = double(n);
 }
 BENCHMARK(BM_StructuredWarmAll)
     ->Arg(0)
@@ -163,7 +163,7 @@ void BM_StructuredMaskFromFirstUse(benchmark::State& state, size_t schema) {
     auto g = compiled(c);
     std::vector<double> cold_us, warm_us, build_us;
     double warm_ms = 0;
-    size_t nodes = 0, built_on_use = 0;
+    size_t masks = 0, built_on_use = 0;
     for (auto _ : state) {
         TokenMasker cold(g, vocab);
         std::vector<Matcher> states;
@@ -190,7 +190,7 @@ void BM_StructuredMaskFromFirstUse(benchmark::State& state, size_t schema) {
         warm.start_warming();
         while (!warm.warmed()) std::this_thread::sleep_for(std::chrono::microseconds(200));
         warm_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        nodes = warm.n_cached_masks();
+        masks = warm.n_cached_masks();
         for (const Matcher& m : states) {
             auto a = Clock::now();
             warm.compute_mask(m, mask);
@@ -202,9 +202,9 @@ void BM_StructuredMaskFromFirstUse(benchmark::State& state, size_t schema) {
     state.counters["states"] = double(warm_us.size());
     state.counters["cold_p99_us"] = minfer::quantile_of_sorted(cold_us, 0.99);
     state.counters["cold_max_us"] = cold_us.back();
-    state.counters["nodes_built_in_walk"] = double(built_on_use);
+    state.counters["masks_built_in_walk"] = double(built_on_use);
     state.counters["build_p50_us"] = minfer::quantile_of_sorted(build_us, 0.5);
-    state.counters["nodes"] = double(nodes);
+    state.counters["masks"] = double(masks);
     state.counters["warm_ms"] = warm_ms;
     state.counters["p50_us"] = minfer::quantile_of_sorted(warm_us, 0.50);
     state.counters["p99_us"] = minfer::quantile_of_sorted(warm_us, 0.99);

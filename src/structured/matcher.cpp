@@ -209,11 +209,9 @@ TokenMasker::TokenMasker(std::shared_ptr<const CompiledGrammar> g,
     : g_(std::move(g)), vocab_(std::move(vocab)) {
     if (vocab_->max_len > 65535)
         throw Error("token vocabulary: a token is longer than 65535 bytes");
-    // A grammar put together by hand rather than by compile_grammar has no classes yet.
-    class_ =
-        g_->node_class.size() == g_->nodes.size() ? g_->node_class : equivalent_node_classes(*g_);
-    size_t n_classes = 0;
-    for (int32_t c : class_) n_classes = std::max(n_classes, size_t(c) + 1);
+    MINFER_ASSERT_MSG(g_->node_class.size() == g_->nodes.size(),
+                      "TokenMasker: the grammar's node classes (compile_grammar) are missing");
+    const auto n_classes = size_t(g_->n_node_classes);
     cache_ = std::make_unique<std::atomic<const NodeMask*>[]>(n_classes);
     simple_.reserve(g_->nodes.size());
     for (const auto& n : g_->nodes) simple_.push_back(n.calls.empty() && !n.final ? 1 : 0);
@@ -226,7 +224,7 @@ TokenMasker::~TokenMasker() {
 }
 
 const TokenMasker::NodeMask& TokenMasker::node_mask(int32_t node) const {
-    const NodeMask* m = cache_[class_[size_t(node)]].load(std::memory_order_acquire);
+    const NodeMask* m = cache_[g_->node_class[size_t(node)]].load(std::memory_order_acquire);
     if (m) return *m;
     built_on_use_.fetch_add(1, std::memory_order_relaxed);
     return cache_node_mask(node);
@@ -234,7 +232,7 @@ const TokenMasker::NodeMask& TokenMasker::node_mask(int32_t node) const {
 
 const TokenMasker::NodeMask& TokenMasker::cache_node_mask(int32_t node) const {
     auto built = build_node_mask(node);
-    std::atomic<const NodeMask*>& slot = cache_[class_[size_t(node)]];
+    std::atomic<const NodeMask*>& slot = cache_[g_->node_class[size_t(node)]];
     std::lock_guard<std::mutex> lock(mu_);
     const NodeMask* m = slot.load(std::memory_order_acquire);
     if (m) return *m;  // another thread built it (or an equivalent node's) first
@@ -245,7 +243,7 @@ const TokenMasker::NodeMask& TokenMasker::cache_node_mask(int32_t node) const {
 
 void TokenMasker::build_if_missing(int32_t node) const {
     if (g_->nodes[size_t(node)].has_bytes &&
-        !cache_[class_[size_t(node)]].load(std::memory_order_acquire))
+        !cache_[g_->node_class[size_t(node)]].load(std::memory_order_acquire))
         cache_node_mask(node);
 }
 

@@ -159,8 +159,8 @@ class TokenMasker {
 
     std::shared_ptr<const CompiledGrammar> g_;
     std::shared_ptr<const TokenVocab> vocab_;
-    std::vector<int32_t> class_;                             // [n_nodes] node_class
-    std::unique_ptr<std::atomic<const NodeMask*>[]> cache_;  // [classes]
+    // [n_node_classes]: one mask per class of equivalent nodes (node_class)
+    std::unique_ptr<std::atomic<const NodeMask*>[]> cache_;
     // [n_nodes] 1 where the node neither calls nor may end: a step onto it
     // keeps a single stack single (read on every byte of a node's walk).
     std::vector<uint8_t> simple_;
