@@ -241,6 +241,7 @@ MINFER_TARGET_AVX512_VNNI void group_dot_q4_K_nt(int64_t n, const void* vw, cons
     __m512 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i, blk += 16 * sizeof(block_q4_K)) {
+        prefetch_ahead(blk, 16 * sizeof(block_q4_K));
         __m512i sc[2], mn[2];  // bytes of each lane: scales 0-3, 4-7; mins 0-3, 4-7
         interleaved::q4_K_scales_mins(blk, sc, mn);
         const __m512 d = interleaved::halves16(blk), dmin = interleaved::halves16(blk + 32);
@@ -367,6 +368,7 @@ MINFER_TARGET_AVX512_VNNI void group_dot_q6_K(int64_t n, const void* vw, const v
     const auto* y = static_cast<const block_q8_K*>(va);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; ++i, blk += 16 * sizeof(block_q6_K)) {
+        prefetch_ahead(blk, 16 * sizeof(block_q6_K));
         const uint8_t* sc = blk + 3072;
         __m512i gs[16];  // the integer sum of each group
         for (int h = 0; h < 2; ++h)

@@ -130,6 +130,8 @@ struct PanelSource {
     MINFER_TARGET_AVX2 __m256 mins(int i, int64_t g) const {
         return _mm256_loadu_ps(p[i].o + 8 * g);
     }
+    // A panel was just written: it is in the cache.
+    void prefetch_block(int, int64_t) const {}
 };
 
 // Weights regrouped at load (tensor/interleave.h), read from their 16-row
@@ -147,6 +149,11 @@ struct GroupBase {
     const uint8_t* block(int i, int64_t b) const {
         return w + static_cast<size_t>((panel0 + i) / 2) * group_bytes +
                static_cast<size_t>(b) * kBlock;
+    }
+    // Asks for block b of panel i's group x86::kStreamAhead bytes early
+    // (once per group: by its first panel).
+    void prefetch_block(int i, int64_t b) const {
+        if (half(i) == 0) x86::prefetch_ahead(block(i, b), kBlock);
     }
 };
 // The same source with panel i as its panel 0.
@@ -418,6 +425,7 @@ MINFER_TARGET_AVX2 void group_dot_q6_K(int64_t n, const void* group, const void*
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t sb = 0; sb < n / QK_K; ++sb) {
         const uint8_t* blk = src.block(0, sb);
+        src.prefetch_block(0, sb);
         __m256i gs[2][16];  // [panel][group]
         for (int h = 0; h < 2; ++h)
             for (int kh = 0; kh < 2; ++kh) {

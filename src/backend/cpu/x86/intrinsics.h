@@ -42,3 +42,26 @@
 #define MINFER_TARGET_V3
 #define MINFER_TARGET_V4
 #endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cstdint>
+namespace minfer::cpu::x86 {
+// How far ahead of its reads a kernel asks for a weight stream it reads
+// once, from DRAM. The decode kernels of the K-quant super-blocks (Q4_K,
+// Q6_K) spend many instructions per byte unpacking them, and the hardware
+// prefetchers alone then keep too few lines in flight to cover the
+// memory's latency; those kernels also issue software prefetches a few
+// super-blocks ahead (the Q8_0 and Q5_0 decode kernels consume their bytes
+// fast enough without). The AVX2 GEMM's micro-kernels reading regrouped
+// weights in place prefetch too: a thread's row tiles are not adjacent, so
+// the hardware prefetchers start over at every tile.
+inline constexpr int64_t kStreamAhead = 8192;
+// Prefetches the `bytes` that follow p + kStreamAhead: one block's worth,
+// asked for as the kernel starts the block at p. A prefetch does not
+// fault, so running past the end of the weights is harmless.
+inline void prefetch_ahead(const void* p, int64_t bytes) {
+    const char* a = static_cast<const char*>(p) + kStreamAhead;
+    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(a + b, _MM_HINT_T0);
+}
+}  // namespace minfer::cpu::x86
+#endif
