@@ -77,15 +77,17 @@ vocab_and_schema(benchmark::State& state) {
 void BM_StructuredCompile(benchmark::State& state) {
     const auto& c = corpus_schema(kSchemas[state.range(0)]);
     state.SetLabel(c.name);
-    size_t nodes = 0, classes = 0;
+    size_t nodes = 0, classes = 0, short_classes = 0;
     for (auto _ : state) {
         auto g = compile_grammar(parse_gbnf(json_schema_to_gbnf(c.schema)));
         nodes = g.nodes.size();
         classes = size_t(g.n_node_classes);
+        short_classes = size_t(g.n_short_classes);
         benchmark::DoNotOptimize(g.nodes.data());
     }
     state.counters["nodes"] = double(nodes);
     state.counters["mask_classes"] = double(classes);
+    state.counters["short_classes"] = double(short_classes);
 }
 BENCHMARK(BM_StructuredCompile)
     ->DenseRange(0, std::size(kSchemas) - 1)

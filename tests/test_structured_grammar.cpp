@@ -172,6 +172,25 @@ TEST(StructuredGrammar, NodesThatContinueAlikeShareAClassOthersDoNot) {
     EXPECT_NE(same->node_class[same->root_start], same->node_class[a]);
 }
 
+TEST(StructuredGrammar, PositionsWithRoomForAnyShortTokenShareAShortClass) {
+    // A bounded string: each position is its own node_class (the room left
+    // differs), but positions with room for kShortTokenBytes more letters
+    // take every string of that length alike.
+    static_assert(kShortTokenBytes == 16, "the rooms below assume 16");
+    auto g = compile_text(R"(root ::= "\"" [a-z]{0,20} "\"")");
+    ASSERT_EQ(g->short_class.size(), g->nodes.size());
+    const std::string q = "\"";
+    const int32_t room19 = node_after(g, q + "a"), room18 = node_after(g, q + "ab"),
+                  room16 = node_after(g, q + std::string(4, 'a')),
+                  room15 = node_after(g, q + std::string(5, 'a'));
+    EXPECT_NE(g->node_class[room19], g->node_class[room18]);
+    EXPECT_EQ(g->short_class[room19], g->short_class[room18]);
+    EXPECT_EQ(g->short_class[room19], g->short_class[room16]);
+    // Room 15 refuses sixteen letters.
+    EXPECT_NE(g->short_class[room16], g->short_class[room15]);
+    EXPECT_LT(g->n_short_classes, g->n_node_classes);
+}
+
 TEST(StructuredMatcher, RollbackCopyAndSerializeResumeTheSameState) {
     auto g = compile_text(R"(
 root ::= "[" (v ("," v)*)? "]"

@@ -53,6 +53,13 @@ std::shared_ptr<const TokenVocab> synthetic_vocab() {
           "\"Country",    "k1",       "\"k",    "1}",     "\":{\"", "value",    "next",
           "op",           "+\",",     "uuid",   "-4",     "aaaa",   "-e89b-"})
         t.push_back(s);
+    // Longer than kShortTokenBytes: the masks' second part, some spanning
+    // structure (a rule may end inside them).
+    for (const char* s :
+         {"\"Country\":\"Country", "\":{\"name\":\"value\"}", "2024-01-15T12:00:00Z",
+          "aaaaaaaaaaaaaaaaaa", "                  ", "12345678901234567", "-e89b-12d3-a456-426",
+          "\"},{\"k1\":\"value\",\"", "nullnullnullnullnull"})
+        t.push_back(s);
     std::vector<bool> special(t.size(), false);
     t.push_back("<|im_end|>");
     special.push_back(true);
@@ -264,9 +271,13 @@ TEST(StructuredMask, WarmedMaskersBuildNoNodeInUseAndMaskAsColdOnes) {
     for (const auto& c : corpus) {
         SCOPED_TRACE(c.name);
         auto g = schema_grammar(c.schema);
-        std::set<int32_t> classes_with_bytes;
+        // one mask per short class and one per class with bytes
+        std::set<int32_t> classes_with_bytes, short_classes_with_bytes;
         for (size_t n = 0; n < g->nodes.size(); ++n)
-            if (g->nodes[n].has_bytes) classes_with_bytes.insert(g->node_class[n]);
+            if (g->nodes[n].has_bytes) {
+                classes_with_bytes.insert(g->node_class[n]);
+                short_classes_with_bytes.insert(g->short_class[n]);
+            }
         TokenMasker cold(g, v), warm(g, v);
         EXPECT_FALSE(warm.warmed());
         warm.start_warming();
@@ -274,7 +285,8 @@ TEST(StructuredMask, WarmedMaskersBuildNoNodeInUseAndMaskAsColdOnes) {
             ASSERT_LT(waited_ms, 20000) << "warming did not finish";
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
-        EXPECT_EQ(warm.n_cached_masks(), classes_with_bytes.size());
+        EXPECT_EQ(warm.n_cached_masks(),
+                  classes_with_bytes.size() + short_classes_with_bytes.size());
         TokenBitset cold_mask;
         EXPECT_EQ(random_walk(warm, g, rng, 100,
                               [&](const Matcher& m, const TokenBitset& mask) {

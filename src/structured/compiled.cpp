@@ -431,52 +431,103 @@ CompiledGrammar compile_grammar(const Grammar& g) {
     CompiledGrammar cg = Compiler(g).run();
     cg.node_class = equivalent_node_classes(cg);
     for (int32_t c : cg.node_class) cg.n_node_classes = std::max(cg.n_node_classes, c + 1);
+    cg.short_class = short_token_classes(cg, kShortTokenBytes);
+    for (int32_t c : cg.short_class) cg.n_short_classes = std::max(cg.n_short_classes, c + 1);
     return cg;
+}
+
+namespace {
+
+// The hash of a refinement signature.
+struct SignatureHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+        uint64_t h = 0x9e3779b97f4a7c15ull;
+        for (int32_t x : v) h = (h ^ uint32_t(x)) * 0x100000001b3ull;
+        return size_t(h ^ (h >> 29));
+    }
+};
+
+// Each node's (byte class, successor) edges, [edge_begin[i], edge_begin[i +
+// 1]) for node i: most nodes take one or two of the classes.
+struct NodeEdges {
+    std::vector<std::pair<int32_t, int32_t>> edges;
+    std::vector<size_t> begin;
+    explicit NodeEdges(const CompiledGrammar& g) : begin(g.nodes.size() + 1, 0) {
+        const size_t n_cls = size_t(g.n_classes);
+        for (size_t i = 0; i < g.nodes.size(); ++i) {
+            for (size_t c = 0; c < n_cls; ++c)
+                if (const int32_t to = g.next[i * n_cls + c]; to >= 0)
+                    edges.emplace_back(int32_t(c), to);
+            begin[i + 1] = edges.size();
+        }
+    }
+    // Appends node i's edges to sig, successors by cls, then a separator.
+    void append(size_t i, const std::vector<int32_t>& cls, std::vector<int32_t>& sig) const {
+        for (size_t e = begin[i]; e < begin[i + 1]; ++e)
+            sig.insert(sig.end(), {edges[e].first, cls[size_t(edges[e].second)]});
+        sig.push_back(-1);
+    }
+};
+
+// Appends node's distinct (callee, resume) pairs by cls.
+void append_calls(const CompiledGrammar::Node& node, const std::vector<int32_t>& cls,
+                  std::vector<int32_t>& sig) {
+    std::vector<std::pair<int32_t, int32_t>> calls;
+    for (const auto& [callee, resume] : node.calls)
+        calls.emplace_back(cls[size_t(callee)], cls[size_t(resume)]);
+    std::sort(calls.begin(), calls.end());
+    calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
+    for (const auto& [a, b] : calls) sig.insert(sig.end(), {a, b});
+}
+
+}  // namespace
+
+std::vector<int32_t> short_token_classes(const CompiledGrammar& g, int k) {
+    MINFER_ASSERT(g.node_class.size() == g.nodes.size() && k >= 1);
+    const size_t n = g.nodes.size();
+    const NodeEdges edges(g);
+    std::unordered_map<std::vector<int32_t>, int32_t, SignatureHash> ids;
+    ids.reserve(n);
+    std::vector<int32_t> cls(n), next_cls(n), sig;
+    // Round 0: what a node does before any byte (may end, calls).
+    for (size_t i = 0; i < n; ++i) {
+        sig.assign({g.nodes[i].final ? 1 : 0});
+        append_calls(g.nodes[i], g.node_class, sig);
+        cls[i] = ids.try_emplace(sig, int32_t(ids.size())).first->second;
+    }
+    size_t n_parts = ids.size();
+    // Round r: alike on every string of r bytes.
+    for (int r = 1; r <= k; ++r) {
+        ids.clear();
+        for (size_t i = 0; i < n; ++i) {
+            sig.assign({cls[i]});
+            edges.append(i, cls, sig);
+            next_cls[i] = ids.try_emplace(sig, int32_t(ids.size())).first->second;
+        }
+        std::swap(cls, next_cls);
+        if (ids.size() == n_parts) break;  // stable: alike on strings of any length
+        n_parts = ids.size();
+    }
+    return cls;
 }
 
 std::vector<int32_t> equivalent_node_classes(const CompiledGrammar& g) {
     const size_t n = g.nodes.size();
-    const size_t n_cls = size_t(g.n_classes);
     std::vector<int32_t> cls(n, 0), next_cls(n);
     size_t n_parts = n > 0 ? 1 : 0;
-    // Each node's (byte class, successor) edges: most nodes take one or two
-    // of the classes.
-    std::vector<std::pair<int32_t, int32_t>> edges;
-    std::vector<size_t> edge_begin(n + 1, 0);
-    for (size_t i = 0; i < n; ++i) {
-        for (size_t c = 0; c < n_cls; ++c)
-            if (const int32_t to = g.next[i * n_cls + c]; to >= 0)
-                edges.emplace_back(int32_t(c), to);
-        edge_begin[i + 1] = edges.size();
-    }
+    const NodeEdges edges(g);
     // Each round splits classes whose members differ in a signature over the
     // last round's classes; the partition only refines, so an unchanged
     // class count means it is stable.
-    struct SigHash {
-        size_t operator()(const std::vector<int32_t>& v) const {
-            uint64_t h = 0x9e3779b97f4a7c15ull;
-            for (int32_t x : v) h = (h ^ uint32_t(x)) * 0x100000001b3ull;
-            return size_t(h ^ (h >> 29));
-        }
-    };
-    std::unordered_map<std::vector<int32_t>, int32_t, SigHash> ids;
+    std::unordered_map<std::vector<int32_t>, int32_t, SignatureHash> ids;
     ids.reserve(n);
     std::vector<int32_t> sig;
-    std::vector<std::pair<int32_t, int32_t>> calls;
     for (;;) {
         ids.clear();
         for (size_t i = 0; i < n; ++i) {
-            const auto& node = g.nodes[i];
-            sig.assign({cls[i], node.final ? 1 : 0});
-            for (size_t e = edge_begin[i]; e < edge_begin[i + 1]; ++e)
-                sig.insert(sig.end(), {edges[e].first, cls[size_t(edges[e].second)]});
-            sig.push_back(-1);
-            calls.clear();
-            for (const auto& [callee, resume] : node.calls)
-                calls.emplace_back(cls[size_t(callee)], cls[size_t(resume)]);
-            std::sort(calls.begin(), calls.end());
-            calls.erase(std::unique(calls.begin(), calls.end()), calls.end());
-            for (const auto& [a, b] : calls) sig.insert(sig.end(), {a, b});
+            sig.assign({cls[i], g.nodes[i].final ? 1 : 0});
+            edges.append(i, cls, sig);
+            append_calls(g.nodes[i], cls, sig);
             next_cls[i] = ids.try_emplace(sig, int32_t(ids.size())).first->second;
         }
         std::swap(cls, next_cls);

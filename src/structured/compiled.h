@@ -38,6 +38,10 @@ struct CompiledGrammar {
     // [n_nodes] equivalent_node_classes: nodes of one class share a token mask.
     std::vector<int32_t> node_class;
     int32_t n_node_classes = 0;
+    // [n_nodes] short_token_classes(kShortTokenBytes): nodes of one class
+    // share the mask of the tokens of at most that many bytes.
+    std::vector<int32_t> short_class;
+    int32_t n_short_classes = 0;
 
     int32_t step(int32_t node, uint8_t byte) const {
         return next[size_t(node) * size_t(n_classes) + byte_class[byte]];
@@ -57,6 +61,22 @@ CompiledGrammar compile_grammar(const Grammar& g);
 // for one node holds for the whole class. Returns [n_nodes] class ids, dense
 // from 0.
 std::vector<int32_t> equivalent_node_classes(const CompiledGrammar& g);
+
+// The length that splits a vocabulary into short tokens, whose masks are
+// shared by short_class, and long ones, whose masks are shared by node_class.
+inline constexpr int kShortTokenBytes = 16;
+
+// Nodes that take every byte string of at most `k` bytes alike get the same
+// class: the same final flag and calls (by equivalent_node_classes, in
+// g.node_class), and successors alike for k - 1 more bytes (k rounds of the
+// refinement). A token of at most k bytes, walked from either node, is then
+// accepted, refused, or left to the rules below at the same offsets, so its
+// place in a token mask is the same. Coarser than node_class where nodes
+// differ only further on: the positions of a bounded string (`maxLength`)
+// with at least k bytes of room left are one class here but a chain of
+// classes in node_class. Needs g.node_class; returns [n_nodes] class ids,
+// dense from 0.
+std::vector<int32_t> short_token_classes(const CompiledGrammar& g, int k);
 
 // Parse positions. An empty stack is a finished parse (the root rule
 // returned). A set is kept sorted and without duplicates, and every non-empty

@@ -134,31 +134,41 @@ TokenVocab TokenVocab::from_bytes(std::vector<std::string> bytes, std::vector<bo
             throw Error("token vocabulary: end-of-generation id " + std::to_string(id) +
                         " out of range");
     v.eog_ids = std::move(eog_ids);
+    std::vector<int32_t> short_ids, long_ids;
     for (int32_t id = 0; id < v.n_vocab(); ++id) {
         bool eog = std::find(v.eog_ids.begin(), v.eog_ids.end(), id) != v.eog_ids.end();
-        if (!v.special[id] && !eog && !v.bytes[id].empty()) v.sorted_ids.push_back(id);
+        if (v.special[id] || eog || v.bytes[id].empty()) continue;
+        (v.bytes[id].size() <= size_t(kShortTokenBytes) ? short_ids : long_ids).push_back(id);
+        v.max_len = std::max(v.max_len, v.bytes[id].size());
     }
-    std::sort(v.sorted_ids.begin(), v.sorted_ids.end(),
-              [&](int32_t a, int32_t b) { return v.bytes[a] < v.bytes[b]; });
-    v.shared_prefix.resize(v.sorted_ids.size(), 0);
-    v.sorted_begin.reserve(v.sorted_ids.size() + 1);
-    for (size_t i = 0; i < v.sorted_ids.size(); ++i) {
-        const std::string& t = v.bytes[v.sorted_ids[i]];
-        v.sorted_begin.push_back(uint32_t(v.sorted_bytes.size()));
-        v.sorted_bytes += t;
-        v.max_len = std::max(v.max_len, t.size());
+    v.short_tokens = SortedTokens::of(std::move(short_ids), v.bytes);
+    v.long_tokens = SortedTokens::of(std::move(long_ids), v.bytes);
+    return v;
+}
+
+SortedTokens SortedTokens::of(std::vector<int32_t> ids, const std::vector<std::string>& all_bytes) {
+    SortedTokens v;
+    v.ids = std::move(ids);
+    std::sort(v.ids.begin(), v.ids.end(),
+              [&](int32_t a, int32_t b) { return all_bytes[a] < all_bytes[b]; });
+    v.shared_prefix.resize(v.ids.size(), 0);
+    v.begin.reserve(v.ids.size() + 1);
+    for (size_t i = 0; i < v.ids.size(); ++i) {
+        const std::string& t = all_bytes[v.ids[i]];
+        v.begin.push_back(uint32_t(v.bytes.size()));
+        v.bytes += t;
         if (i == 0) continue;
-        const std::string& p = v.bytes[v.sorted_ids[i - 1]];
+        const std::string& p = all_bytes[v.ids[i - 1]];
         size_t k = 0;
         while (k < t.size() && k < p.size() && t[k] == p[k]) ++k;
         v.shared_prefix[i] = uint32_t(k);
     }
-    if (v.sorted_bytes.size() > UINT32_MAX)
+    if (v.bytes.size() > UINT32_MAX)
         throw Error("token vocabulary: more than 4 GiB of token bytes");
-    v.sorted_begin.push_back(uint32_t(v.sorted_bytes.size()));
+    v.begin.push_back(uint32_t(v.bytes.size()));
     // prefix_end by a stack of the tokens still waiting for a smaller
     // shared_prefix (their shared_prefix ascends from bottom to top).
-    const size_t n = v.sorted_ids.size();
+    const size_t n = v.ids.size();
     v.prefix_end.assign(n, uint32_t(n));
     std::vector<uint32_t> waiting;
     for (size_t k = 0; k < n; ++k) {
@@ -209,13 +219,20 @@ TokenMasker::TokenMasker(std::shared_ptr<const CompiledGrammar> g,
     : g_(std::move(g)), vocab_(std::move(vocab)) {
     if (vocab_->max_len > 65535)
         throw Error("token vocabulary: a token is longer than 65535 bytes");
-    MINFER_ASSERT_MSG(g_->node_class.size() == g_->nodes.size(),
-                      "TokenMasker: the grammar's node classes (compile_grammar) are missing");
-    const auto n_classes = size_t(g_->n_node_classes);
-    cache_ = std::make_unique<std::atomic<const NodeMask*>[]>(n_classes);
+    MINFER_ASSERT_MSG(
+        g_->node_class.size() == g_->nodes.size() && g_->short_class.size() == g_->nodes.size(),
+        "TokenMasker: the grammar's node classes (compile_grammar) are missing");
+    auto part = [](const SortedTokens& tokens, const std::vector<int32_t>& node_class,
+                   int32_t n_classes) {
+        Part p{&tokens, &node_class,
+               std::make_unique<std::atomic<const NodeMask*>[]>(size_t(n_classes))};
+        for (int32_t i = 0; i < n_classes; ++i) p.cache[i].store(nullptr);
+        return p;
+    };
+    parts_[0] = part(vocab_->short_tokens, g_->short_class, g_->n_short_classes);
+    parts_[1] = part(vocab_->long_tokens, g_->node_class, g_->n_node_classes);
     simple_.reserve(g_->nodes.size());
     for (const auto& n : g_->nodes) simple_.push_back(n.calls.empty() && !n.final ? 1 : 0);
-    for (size_t i = 0; i < n_classes; ++i) cache_[i].store(nullptr);
 }
 
 TokenMasker::~TokenMasker() {
@@ -223,16 +240,17 @@ TokenMasker::~TokenMasker() {
     if (warmer_.joinable()) warmer_.join();
 }
 
-const TokenMasker::NodeMask& TokenMasker::node_mask(int32_t node) const {
-    const NodeMask* m = cache_[g_->node_class[size_t(node)]].load(std::memory_order_acquire);
+const TokenMasker::NodeMask& TokenMasker::node_mask(int32_t node, const Part& part) const {
+    const NodeMask* m =
+        part.cache[(*part.node_class)[size_t(node)]].load(std::memory_order_acquire);
     if (m) return *m;
     built_on_use_.fetch_add(1, std::memory_order_relaxed);
-    return cache_node_mask(node);
+    return cache_node_mask(node, part);
 }
 
-const TokenMasker::NodeMask& TokenMasker::cache_node_mask(int32_t node) const {
-    auto built = build_node_mask(node);
-    std::atomic<const NodeMask*>& slot = cache_[g_->node_class[size_t(node)]];
+const TokenMasker::NodeMask& TokenMasker::cache_node_mask(int32_t node, const Part& part) const {
+    auto built = build_node_mask(node, *part.tokens);
+    std::atomic<const NodeMask*>& slot = part.cache[(*part.node_class)[size_t(node)]];
     std::lock_guard<std::mutex> lock(mu_);
     const NodeMask* m = slot.load(std::memory_order_acquire);
     if (m) return *m;  // another thread built it (or an equivalent node's) first
@@ -242,9 +260,10 @@ const TokenMasker::NodeMask& TokenMasker::cache_node_mask(int32_t node) const {
 }
 
 void TokenMasker::build_if_missing(int32_t node) const {
-    if (g_->nodes[size_t(node)].has_bytes &&
-        !cache_[g_->node_class[size_t(node)]].load(std::memory_order_acquire))
-        cache_node_mask(node);
+    if (!g_->nodes[size_t(node)].has_bytes) return;
+    for (const Part& part : parts_)
+        if (!part.cache[(*part.node_class)[size_t(node)]].load(std::memory_order_acquire))
+            cache_node_mask(node, part);
 }
 
 void TokenMasker::warm_all() const {
@@ -332,8 +351,8 @@ bool has_empty(const StackSet& s) {
 
 }  // namespace
 
-std::unique_ptr<TokenMasker::NodeMask> TokenMasker::build_node_mask(int32_t node) const {
-    const TokenVocab& v = *vocab_;
+std::unique_ptr<TokenMasker::NodeMask> TokenMasker::build_node_mask(int32_t node,
+                                                                    const SortedTokens& v) const {
     const CompiledGrammar& g = *g_;
     auto nm = std::make_unique<NodeMask>();
     std::vector<int32_t> accepted;
@@ -343,9 +362,10 @@ std::unique_ptr<TokenMasker::NodeMask> TokenMasker::build_node_mask(int32_t node
     // While the walk stays inside the node's rule on nodes that neither call
     // nor may end, a level is the one stack {top[d]}: kept as that id
     // (top[d] >= 0) without building the set, which is most of every walk.
-    std::vector<StackSet> level(v.max_len + 1);
-    std::vector<int32_t> top(v.max_len + 1, -1);
-    std::vector<uint8_t> popped(v.max_len + 1, 0);
+    const size_t max_len = vocab_->max_len;
+    std::vector<StackSet> level(max_len + 1);
+    std::vector<int32_t> top(max_len + 1, -1);
+    std::vector<uint8_t> popped(max_len + 1, 0);
     top[0] = node;
     StackSet one(1);
     auto step_level = [&](size_t d, uint8_t byte) {
@@ -369,11 +389,10 @@ std::unique_ptr<TokenMasker::NodeMask> TokenMasker::build_node_mask(int32_t node
     };
     size_t valid = 0;
     std::vector<uint16_t> offsets;
-    const size_t n_sorted = v.sorted_ids.size();
+    const size_t n_sorted = v.ids.size();
     for (size_t i = 0; i < n_sorted;) {
-        const int32_t id = v.sorted_ids[i];
-        const std::string_view t(v.sorted_bytes.data() + v.sorted_begin[i],
-                                 v.sorted_begin[i + 1] - v.sorted_begin[i]);
+        const int32_t id = v.ids[i];
+        const std::string_view t = v.token(i);
         size_t d = v.shared_prefix[i];
         if (d > valid) {
             d = valid;  // the first valid + 1 bytes are the prefix that died
@@ -403,9 +422,9 @@ std::unique_ptr<TokenMasker::NodeMask> TokenMasker::build_node_mask(int32_t node
         ++i;
     }
     nm->uncertain_begin.push_back(uint32_t(nm->pop_offsets.size()));
-    if (accepted.size() * 32 > size_t(v.n_vocab())) {
+    if (accepted.size() * 32 > size_t(vocab_->n_vocab())) {
         TokenBitset bits;
-        bits.resize(v.n_vocab());
+        bits.resize(vocab_->n_vocab());
         for (int32_t id : accepted) bits.set(id);
         nm->accepted_bits = std::move(bits.words);
     } else {
@@ -421,13 +440,16 @@ void TokenMasker::compute_mask(const Matcher& m, TokenBitset& out) const {
     StackSet below, cur, nxt;
     for (const Stack& s : m.stacks()) {
         if (s.empty()) continue;
-        const NodeMask& nm = node_mask(s.back());
-        if (!nm.accepted_bits.empty()) {
-            for (size_t w = 0; w < out.words.size(); ++w) out.words[w] |= nm.accepted_bits[w];
-        } else {
-            for (int32_t id : nm.accepted_ids) out.set(id);
+        const NodeMask* nm[2] = {&node_mask(s.back(), parts_[0]), &node_mask(s.back(), parts_[1])};
+        for (const NodeMask* p : nm) {
+            if (!p->accepted_bits.empty()) {
+                for (size_t w = 0; w < out.words.size(); ++w) out.words[w] |= p->accepted_bits[w];
+            } else {
+                for (int32_t id : p->accepted_ids) out.set(id);
+            }
         }
-        if (nm.uncertain_ids.empty() || s.size() == 1) continue;  // the root ends: nothing follows
+        if (s.size() == 1) continue;  // the root ends: nothing follows
+        if (nm[0]->uncertain_ids.empty() && nm[1]->uncertain_ids.empty()) continue;
         below.clear();
         close_stack(*g_, Stack(s.begin(), s.end() - 1), below);
         normalize_stacks(below);
@@ -442,30 +464,31 @@ void TokenMasker::compute_mask(const Matcher& m, TokenBitset& out) const {
                     if (g_->step(b.back(), uint8_t(byte)) >= 0) first_ok[byte] = true;
         std::array<int8_t, 256> first_done{};
         std::array<StackSet, 256>& first_step = scratch_first_step();
-        for (size_t u = 0; u < nm.uncertain_ids.size(); ++u) {
-            const int32_t id = nm.uncertain_ids[u];
-            if (out.test(id)) continue;
-            const std::string& t = v.bytes[id];
-            for (uint32_t k = nm.uncertain_begin[u]; k < nm.uncertain_begin[u + 1]; ++k) {
-                const uint8_t first = uint8_t(t[nm.pop_offsets[k]]);
-                if (!first_ok[first]) continue;
-                if (!first_done[first]) {
-                    first_done[first] = 1;
-                    advance_stacks(*g_, below, first, first_step[first]);
-                }
-                bool ok = !first_step[first].empty();
-                const StackSet* from = &first_step[first];
-                for (size_t b = nm.pop_offsets[k] + 1; b < t.size() && ok; ++b) {
-                    ok = step_into(*g_, *from, uint8_t(t[b]), nxt);
-                    std::swap(cur, nxt);
-                    from = &cur;
-                }
-                if (ok) {
-                    out.set(id);
-                    break;
+        for (const NodeMask* p : nm)
+            for (size_t u = 0; u < p->uncertain_ids.size(); ++u) {
+                const int32_t id = p->uncertain_ids[u];
+                if (out.test(id)) continue;
+                const std::string& t = v.bytes[id];
+                for (uint32_t k = p->uncertain_begin[u]; k < p->uncertain_begin[u + 1]; ++k) {
+                    const uint8_t first = uint8_t(t[p->pop_offsets[k]]);
+                    if (!first_ok[first]) continue;
+                    if (!first_done[first]) {
+                        first_done[first] = 1;
+                        advance_stacks(*g_, below, first, first_step[first]);
+                    }
+                    bool ok = !first_step[first].empty();
+                    const StackSet* from = &first_step[first];
+                    for (size_t b = p->pop_offsets[k] + 1; b < t.size() && ok; ++b) {
+                        ok = step_into(*g_, *from, uint8_t(t[b]), nxt);
+                        std::swap(cur, nxt);
+                        from = &cur;
+                    }
+                    if (ok) {
+                        out.set(id);
+                        break;
+                    }
                 }
             }
-        }
     }
     if (m.is_complete())
         for (int32_t id : v.eog_ids) out.set(id);

@@ -9,13 +9,16 @@
 //
 // TokenMasker: one per (grammar, vocabulary), shared by the sequences using
 // that grammar. compute_mask fills the bitset of tokens whose whole byte
-// string the matcher accepts. Per class of equivalent DFA nodes
-// (CompiledGrammar::node_class: they take the same bytes alike from any
-// stack, so their masks are equal) it caches, on first use, which
-// tokens are accepted whatever the rules around the node are (the node's
-// rule does not end inside the token) and which depend on them (the rule may
-// end inside the token: the rest is checked against the actual stack below);
-// the rest are rejected. A mask is then the OR of cached bitsets plus a walk
+// string the matcher accepts. Per class of equivalent DFA nodes it caches,
+// on first use, which tokens are accepted whatever the rules around the node
+// are (the node's rule does not end inside the token) and which depend on
+// them (the rule may end inside the token: the rest is checked against the
+// actual stack below); the rest are rejected. It does so in two parts: the
+// tokens of at most kShortTokenBytes bytes per CompiledGrammar::short_class
+// (nodes that take every string of that length alike), the longer ones per
+// node_class (nodes that take every string alike), so positions that differ
+// only further on than a short token reaches (the counted positions of a
+// bounded string) share the larger part. A mask is then the OR of cached bitsets plus a walk
 // of the few context-dependent tokens. compute_mask and accept_token are
 // safe to call from several threads at once (the cache is filled under a lock,
 // read without one).
@@ -78,25 +81,38 @@ class Matcher {
 };
 
 // A vocabulary as byte strings, sorted for the walks that share prefixes.
+// Tokens in byte order, for a walk over them that shares common prefixes.
+struct SortedTokens {
+    std::vector<int32_t> ids;
+    // For each, the length of the prefix it shares with the one before.
+    std::vector<uint32_t> shared_prefix;
+    // The tokens' bytes back to back, in that order (token k of the order is
+    // [begin[k], begin[k + 1])): a node's walk over the vocabulary reads them
+    // in sequence instead of chasing each token's string around the heap,
+    // which was most of its time.
+    std::string bytes;
+    std::vector<uint32_t> begin;  // [ids + 1]
+    // For token k: the first later one sharing fewer than shared_prefix[k]
+    // bytes with its predecessor (ids.size() if none). A walk that finds a
+    // prefix dead jumps along it past every token that begins with that
+    // prefix.
+    std::vector<uint32_t> prefix_end;
+
+    // The order of `ids` (tokens of `all_bytes`).
+    static SortedTokens of(std::vector<int32_t> ids, const std::vector<std::string>& all_bytes);
+    std::string_view token(size_t k) const {
+        return std::string_view(bytes.data() + begin[k], begin[k + 1] - begin[k]);
+    }
+};
+
 struct TokenVocab {
     std::vector<std::string> bytes;  // [n_vocab] raw bytes of each token
     std::vector<bool> special;       // [n_vocab] never allowed by a grammar
     std::vector<int32_t> eog_ids;    // allowed exactly when the output is complete
-    // The non-special, non-empty tokens in byte order, and for each the length
-    // of the prefix it shares with the one before.
-    std::vector<int32_t> sorted_ids;
-    std::vector<uint32_t> shared_prefix;
-    // The sorted tokens' bytes back to back, in that order (token k of the
-    // order is [sorted_begin[k], sorted_begin[k + 1])): a node's walk over
-    // the vocabulary reads them in sequence instead of chasing each token's
-    // string around the heap, which was most of its time.
-    std::string sorted_bytes;
-    std::vector<uint32_t> sorted_begin;  // [sorted_ids + 1]
-    // For sorted token k: the first later one sharing fewer than
-    // shared_prefix[k] bytes with its predecessor (sorted_ids.size() if none).
-    // A walk that finds a prefix dead jumps along it past every token that
-    // begins with that prefix.
-    std::vector<uint32_t> prefix_end;
+    // The non-special, non-empty tokens of at most kShortTokenBytes bytes
+    // (compiled.h) and the longer ones, each in byte order: a node's mask is
+    // built in these two parts, shared by different classes of nodes.
+    SortedTokens short_tokens, long_tokens;
     size_t max_len = 0;
 
     int32_t n_vocab() const { return int32_t(bytes.size()); }
@@ -141,26 +157,34 @@ class TokenMasker {
     void start_warming();
     // The warming thread has built every node (false if never started).
     bool warmed() const { return warmed_.load(std::memory_order_acquire); }
-    // Node masks built: one per class of equivalent nodes that has bytes.
+    // Node masks built: one per short_class and one per node_class that has
+    // bytes.
     size_t n_cached_masks() const;
-    // Node masks built by compute_mask or accept_token because they were not yet.
+    // Node masks built by compute_mask because they were not yet.
     size_t n_built_on_use() const { return built_on_use_.load(std::memory_order_relaxed); }
 
     const TokenVocab& vocab() const { return *vocab_; }
 
   private:
     struct NodeMask;
-    const NodeMask& node_mask(int32_t node) const;
-    const NodeMask& cache_node_mask(int32_t node) const;
-    // Builds the node's mask unless it has one (or has no byte edges).
+    // A node's mask comes in two parts: over the short tokens, shared by the
+    // node's short_class, and over the long ones, shared by its node_class.
+    struct Part {
+        const SortedTokens* tokens;
+        const std::vector<int32_t>* node_class;
+        // [classes]: the part's mask of each class, once built
+        std::unique_ptr<std::atomic<const NodeMask*>[]> cache;
+    };
+    const NodeMask& node_mask(int32_t node, const Part& part) const;
+    const NodeMask& cache_node_mask(int32_t node, const Part& part) const;
+    // Builds the node's masks unless it has them (or has no byte edges).
     void build_if_missing(int32_t node) const;
-    std::unique_ptr<NodeMask> build_node_mask(int32_t node) const;
+    std::unique_ptr<NodeMask> build_node_mask(int32_t node, const SortedTokens& tokens) const;
     void warm_loop();
 
     std::shared_ptr<const CompiledGrammar> g_;
     std::shared_ptr<const TokenVocab> vocab_;
-    // [n_node_classes]: one mask per class of equivalent nodes (node_class)
-    std::unique_ptr<std::atomic<const NodeMask*>[]> cache_;
+    Part parts_[2];  // short tokens, long tokens
     // [n_nodes] 1 where the node neither calls nor may end: a step onto it
     // keeps a single stack single (read on every byte of a node's walk).
     std::vector<uint8_t> simple_;
