@@ -241,8 +241,7 @@ TokenMasker::~TokenMasker() {
 }
 
 const TokenMasker::NodeMask& TokenMasker::node_mask(int32_t node, const Part& part) const {
-    const NodeMask* m =
-        part.cache[(*part.node_class)[size_t(node)]].load(std::memory_order_acquire);
+    const NodeMask* m = part.slot(node).load(std::memory_order_acquire);
     if (m) return *m;
     built_on_use_.fetch_add(1, std::memory_order_relaxed);
     return cache_node_mask(node, part);
@@ -250,7 +249,7 @@ const TokenMasker::NodeMask& TokenMasker::node_mask(int32_t node, const Part& pa
 
 const TokenMasker::NodeMask& TokenMasker::cache_node_mask(int32_t node, const Part& part) const {
     auto built = build_node_mask(node, *part.tokens);
-    std::atomic<const NodeMask*>& slot = part.cache[(*part.node_class)[size_t(node)]];
+    std::atomic<const NodeMask*>& slot = part.slot(node);
     std::lock_guard<std::mutex> lock(mu_);
     const NodeMask* m = slot.load(std::memory_order_acquire);
     if (m) return *m;  // another thread built it (or an equivalent node's) first
@@ -262,8 +261,7 @@ const TokenMasker::NodeMask& TokenMasker::cache_node_mask(int32_t node, const Pa
 void TokenMasker::build_if_missing(int32_t node) const {
     if (!g_->nodes[size_t(node)].has_bytes) return;
     for (const Part& part : parts_)
-        if (!part.cache[(*part.node_class)[size_t(node)]].load(std::memory_order_acquire))
-            cache_node_mask(node, part);
+        if (!part.slot(node).load(std::memory_order_acquire)) cache_node_mask(node, part);
 }
 
 void TokenMasker::warm_all() const {

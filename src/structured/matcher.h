@@ -18,8 +18,8 @@
 // (nodes that take every string of that length alike), the longer ones per
 // node_class (nodes that take every string alike), so positions that differ
 // only further on than a short token reaches (the counted positions of a
-// bounded string) share the larger part. A mask is then the OR of cached bitsets plus a walk
-// of the few context-dependent tokens. compute_mask and accept_token are
+// bounded string) share the larger part. A mask is then the OR of cached
+// bitsets plus a walk of the few context-dependent tokens. compute_mask and accept_token are
 // safe to call from several threads at once (the cache is filled under a lock,
 // read without one).
 #pragma once
@@ -80,7 +80,6 @@ class Matcher {
     bool terminated_ = false;
 };
 
-// A vocabulary as byte strings, sorted for the walks that share prefixes.
 // Tokens in byte order, for a walk over them that shares common prefixes.
 struct SortedTokens {
     std::vector<int32_t> ids;
@@ -105,6 +104,7 @@ struct SortedTokens {
     }
 };
 
+// A vocabulary as byte strings, sorted for the walks that share prefixes.
 struct TokenVocab {
     std::vector<std::string> bytes;  // [n_vocab] raw bytes of each token
     std::vector<bool> special;       // [n_vocab] never allowed by a grammar
@@ -174,6 +174,10 @@ class TokenMasker {
         const std::vector<int32_t>* node_class;
         // [classes]: the part's mask of each class, once built
         std::unique_ptr<std::atomic<const NodeMask*>[]> cache;
+        // The cache slot of the node's class.
+        std::atomic<const NodeMask*>& slot(int32_t node) const {
+            return cache[size_t((*node_class)[size_t(node)])];
+        }
     };
     const NodeMask& node_mask(int32_t node, const Part& part) const;
     const NodeMask& cache_node_mask(int32_t node, const Part& part) const;
