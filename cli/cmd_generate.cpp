@@ -18,6 +18,7 @@
 #include "generate_flags.h"
 #include "model/model.h"
 #include "report/observe.h"
+#include "runtime/generation.h"
 #include "runtime/sample_text.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
@@ -92,39 +93,40 @@ void print(const std::string& text) {
 }
 
 // Generates after the session has consumed its input; streams the text to
-// stdout. The choice of each token (end-of-generation tokens masked under
-// --ignore-eos) and the stop strings are the engine's and the server's
-// (runtime::SequenceSampler, runtime::SampleText; the stop string is kept
-// in the output). Returns the reply's text as the KV cache holds it. Stops
-// at an end-of-generation token (unless ignore_eos), a stop string,
-// n_predict tokens, the context end or Ctrl-C.
+// stdout. Each token is chosen and the generation ended by the engine's rule
+// (runtime::next_token: end-of-generation tokens, masked under --ignore-eos;
+// the constraint; n_predict; the context end) and the stop strings are the
+// server's matcher (runtime::SampleText; the stop string is kept in the
+// output). Returns the reply's text as the KV cache holds it. Ctrl-C stops
+// it at the next token.
 std::string generate(runtime::Session& session, const tokenizer::Tokenizer& tok,
                      runtime::SequenceSampler& sampler, std::vector<float> logits,
                      int64_t n_predict, const GenFlags& f, Timing& timing) {
     runtime::SampleText text(tok, f.stops, runtime::StopText::Keep);
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; n_predict < 0 || i < n_predict; ++i) {
-        if (g_interrupted) break;
-        const int32_t id = sampler.sample(logits);
-        if (sampler.constrained()) timing.mask_us.push_back(sampler.mask_us());
-        if (sampler.ends(id)) break;
-        const bool stop = !text.push(id);
+    const auto emit = [&](int32_t id) {
+        const bool go_on = text.push(id);
         print(text.take_ready());
         ++timing.gen_tokens;
-        // A constrained output that is complete and cannot go on ends here.
-        if (stop || sampler.finished() || (n_predict >= 0 && i + 1 >= n_predict)) {
-            // In a chat the cache must hold every token of the reply, so the
-            // next turn continues from it.
-            if (f.chat && session.n_past() < session.n_ctx())
-                session.eval(std::span<const int32_t>(&id, 1));
-            break;
-        }
-        if (session.n_past() >= session.n_ctx()) {
+        return go_on;
+    };
+    const auto t0 = Clock::now();
+    for (int64_t n_sampled = 0; !g_interrupted; ++n_sampled) {
+        const runtime::NextToken next = runtime::next_token(sampler, logits,
+                                                            {.n_sampled = n_sampled,
+                                                             .n_predict = n_predict,
+                                                             .n_cached = session.n_past(),
+                                                             .n_ctx = session.n_ctx()},
+                                                            emit);
+        if (sampler.constrained() && next.token >= 0) timing.mask_us.push_back(sampler.mask_us());
+        if (next.end == runtime::FinishReason::ContextFull)
             std::fprintf(stderr, "\nminfer: the context is full (%lld tokens); stopping\n",
                          static_cast<long long>(session.n_ctx()));
-            break;
-        }
-        logits = session.eval(std::span<const int32_t>(&id, 1));
+        // In a chat the cache must hold every token of the reply, so the
+        // next turn continues from it.
+        if (next.end && next.emitted && f.chat && session.n_past() < session.n_ctx())
+            session.eval(std::span<const int32_t>(&next.token, 1));
+        if (next.end) break;
+        logits = session.eval(std::span<const int32_t>(&next.token, 1));
     }
     print(text.finish());
     timing.gen_s += seconds_since(t0);

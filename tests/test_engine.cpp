@@ -448,6 +448,30 @@ TEST(Engine, IgnoreEosNeverSamplesTheEndToken) {
     for (int32_t t : ignored) EXPECT_NE(t, free_run[0]);
 }
 
+TEST(Engine, NPredictZeroSamplesNothing) {
+    // As the CLI's -n 0 (and OpenAI's max_tokens 0): the prompt is run,
+    // nothing is sampled or delivered, and the sample ends with Length.
+    const model::Model& m = tiny();
+    std::mt19937 rng(4);
+    runtime::GenParams gp;
+    gp.prompt = random_tokens(rng, 20, static_cast<int32_t>(m.hp.n_vocab));
+    gp.n_predict = 0;
+    runtime::Engine e(m, small_options(256, 64, 2));
+    int tokens = 0;
+    runtime::RequestResult res;
+    res.reason = runtime::FinishReason::Error;
+    runtime::RequestCallbacks cb;
+    cb.on_token = [&](const runtime::TokenEvent&) { return ++tokens, true; };
+    cb.on_finish = [&](const runtime::RequestResult& r) { res = r; };
+    e.submit(gp, cb);
+    while (e.step()) {
+    }
+    EXPECT_EQ(res.reason, runtime::FinishReason::Length);
+    EXPECT_EQ(res.generated, 0);
+    EXPECT_EQ(tokens, 0);
+    EXPECT_EQ(e.stats().pages_used, 0);
+}
+
 TEST(Engine, ForkedSamplesSharePromptPages) {
     const model::Model& m = tiny();
     std::mt19937 rng(5);

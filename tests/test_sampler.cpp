@@ -3,6 +3,7 @@
 #include <map>
 #include <random>
 
+#include "runtime/generation.h"
 #include "runtime/sample_text.h"
 #include "runtime/sampler.h"
 #include "structured/constraint.h"
@@ -232,6 +233,103 @@ TEST(Sampler, ConstraintUnderIgnoreEosEndsWhereNothingCanFollow) {
     } catch (const minfer::Error& e) {
         EXPECT_NE(std::string(e.what()).find("allows no token"), std::string::npos) << e.what();
     }
+}
+
+// ---- how a generation goes on after each token (the engine's and the CLI's) --
+
+namespace {
+// A greedy sampler whose end token is 2; row(t) makes token t the argmax.
+SequenceSampler greedy_sampler() {
+    SequenceSampling p;
+    p.sampler.temp = 0;
+    return SequenceSampler(p, {2});
+}
+std::vector<float> row(int32_t t) {
+    std::vector<float> l(4, 0.0f);
+    l[static_cast<size_t>(t)] = 5.0f;
+    return l;
+}
+// The rule applied to a token, with emit recording what it was handed.
+struct Applied {
+    NextToken next;
+    std::vector<int32_t> emitted;
+};
+Applied apply(int32_t t, GenerationState st, bool emit_says = true) {
+    SequenceSampler s = greedy_sampler();
+    Applied a;
+    a.next = next_token(s, row(t), st, [&](int32_t id) {
+        a.emitted.push_back(id);
+        return emit_says;
+    });
+    return a;
+}
+constexpr GenerationState kRoom{.n_sampled = 0, .n_predict = -1, .n_cached = 5, .n_ctx = 64};
+}  // namespace
+
+TEST(Generation, AnEndTokenEndsTheSampleAndIsNotEmitted) {
+    const Applied a = apply(2, kRoom);
+    EXPECT_EQ(a.next.token, 2);
+    EXPECT_FALSE(a.next.emitted);
+    EXPECT_EQ(a.next.end, FinishReason::Stop);
+    EXPECT_TRUE(a.emitted.empty());
+    const Applied b = apply(1, kRoom);
+    EXPECT_EQ(b.next.token, 1);
+    EXPECT_TRUE(b.next.emitted);
+    EXPECT_FALSE(b.next.end.has_value());
+    EXPECT_EQ(b.emitted, std::vector<int32_t>{1});
+}
+
+TEST(Generation, EmitSayingNoStopsAfterTheTokenAheadOfEveryLimit) {
+    // emit refused (a stop string), and the token is also the n_predict-th
+    // and the last the cache can take: Stop, the token emitted.
+    const Applied a =
+        apply(1, {.n_sampled = 3, .n_predict = 4, .n_cached = 64, .n_ctx = 64}, false);
+    EXPECT_TRUE(a.next.emitted);
+    EXPECT_EQ(a.next.end, FinishReason::Stop);
+    EXPECT_EQ(a.emitted, std::vector<int32_t>{1});
+}
+
+TEST(Generation, NPredictCountsSampledTokensAndZeroSamplesNone) {
+    EXPECT_FALSE(apply(1, {.n_sampled = 2, .n_predict = 4, .n_cached = 5, .n_ctx = 64})
+                     .next.end.has_value());
+    const Applied last = apply(1, {.n_sampled = 3, .n_predict = 4, .n_cached = 64, .n_ctx = 64});
+    EXPECT_EQ(last.next.end, FinishReason::Length);  // Length before ContextFull
+    EXPECT_TRUE(last.next.emitted);
+    const Applied none = apply(1, {.n_sampled = 0, .n_predict = 0, .n_cached = 5, .n_ctx = 64});
+    EXPECT_EQ(none.next.end, FinishReason::Length);
+    EXPECT_EQ(none.next.token, -1);
+    EXPECT_FALSE(none.next.emitted);
+    EXPECT_TRUE(none.emitted.empty());
+    // An end token as the n_predict-th: Stop, not emitted.
+    EXPECT_EQ(apply(2, {.n_sampled = 3, .n_predict = 4, .n_cached = 5, .n_ctx = 64}).next.end,
+              FinishReason::Stop);
+}
+
+TEST(Generation, ContextFullOnlyWhenTheCacheCannotTakeTheToken) {
+    EXPECT_FALSE(apply(1, {.n_sampled = 0, .n_predict = -1, .n_cached = 63, .n_ctx = 64})
+                     .next.end.has_value());
+    const Applied full = apply(1, {.n_sampled = 0, .n_predict = -1, .n_cached = 64, .n_ctx = 64});
+    EXPECT_EQ(full.next.end, FinishReason::ContextFull);
+    EXPECT_TRUE(full.next.emitted);  // its text is the output's last
+}
+
+TEST(Generation, ACompleteConstraintThatCannotGoOnStopsAfterItsLastToken) {
+    SequenceSampling p;
+    p.sampler.temp = 0;
+    p.constraint = constraint("root ::= \"ab\"\n");
+    SequenceSampler s(p, {kEnd});
+    std::vector<float> l(kVocab, 0.0f);
+    std::string out;
+    const auto emit = [&](int32_t id) {
+        out += static_cast<char>(id);
+        return true;
+    };
+    const NextToken a = next_token(s, l, kRoom, emit);
+    EXPECT_FALSE(a.end.has_value());
+    const NextToken b = next_token(s, l, kRoom, emit);
+    EXPECT_TRUE(b.emitted);
+    EXPECT_EQ(b.end, FinishReason::Stop);
+    EXPECT_EQ(out, "ab");
 }
 
 TEST(Sampler, ConstraintMasksBeforePenaltiesAndTimesItsMask) {

@@ -33,26 +33,6 @@ double ms_since(Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-}  // namespace
-
-const char* finish_reason_name(FinishReason r) {
-    switch (r) {
-        case FinishReason::Stop:
-            return "stop";
-        case FinishReason::Length:
-            return "length";
-        case FinishReason::ContextFull:
-            return "context_full";
-        case FinishReason::Cancelled:
-            return "cancelled";
-        case FinishReason::Error:
-            return "error";
-    }
-    return "?";
-}
-
-namespace {
-
 // The options, checked, with the defaults filled in.
 EngineOptions checked(EngineOptions opt) {
     if (opt.n_ctx < 1) throw Error("the context size (-c) must be at least 1");
@@ -222,50 +202,40 @@ void Engine::Impl::retire() {
 // Returns false when the sequence finished.
 bool Engine::Impl::sample(Seq& s, const float* logits) {
     const GenParams& gp = s.req->params;
-    const auto n_vocab = static_cast<size_t>(model.hp.n_vocab);
-    int32_t tok = 0;
+    const std::span<const float> row(logits, static_cast<size_t>(model.hp.n_vocab));
+    const GenerationState state{.n_sampled = s.generated,
+                                .n_predict = gp.n_predict,
+                                .n_cached = static_cast<int64_t>(s.tokens.size()),
+                                .n_ctx = opt.n_ctx};
+    const auto emit = [&](int32_t tok) {
+        TokenEvent ev;
+        ev.sample = s.sample;
+        ev.token = tok;
+        if (gp.top_logprobs >= 0) {
+            TokenLogprobs lp = token_logprobs(row, tok, std::min<int32_t>(gp.top_logprobs, 20));
+            ev.logprob = lp.logprob;
+            ev.top = std::move(lp.top);
+        }
+        return !s.req->callbacks.on_token || s.req->callbacks.on_token(ev);
+    };
+    NextToken next;
     try {
-        tok = s.sampler->sample(std::span<const float>(logits, n_vocab));
+        next = next_token(*s.sampler, row, state, emit);
     } catch (const Error& e) {
         finish(s, FinishReason::Error, e.what());  // a constraint with no token allowed
         return false;
     }
-    if (s.sampler->constrained()) s.mask_us.push_back(s.sampler->mask_us());
-    if (s.generated == 0) s.t_first = Clock::now();
-    ++s.generated;
-    ++stats.generated_tokens;
-
-    if (s.sampler->ends(tok)) {
-        finish(s, FinishReason::Stop);
+    if (next.token >= 0) {
+        if (s.sampler->constrained()) s.mask_us.push_back(s.sampler->mask_us());
+        if (s.generated == 0) s.t_first = Clock::now();
+        ++s.generated;
+        ++stats.generated_tokens;
+    }
+    if (next.end) {
+        finish(s, *next.end);
         return false;
     }
-    TokenEvent ev;
-    ev.sample = s.sample;
-    ev.token = tok;
-    if (gp.top_logprobs >= 0) {
-        TokenLogprobs lp = token_logprobs(std::span<const float>(logits, n_vocab), tok,
-                                          std::min<int32_t>(gp.top_logprobs, 20));
-        ev.logprob = lp.logprob;
-        ev.top = std::move(lp.top);
-    }
-    if (s.req->callbacks.on_token && !s.req->callbacks.on_token(ev)) {
-        finish(s, FinishReason::Stop);
-        return false;
-    }
-    // The constraint's output is complete and nothing may follow.
-    if (s.sampler->finished()) {
-        finish(s, FinishReason::Stop);
-        return false;
-    }
-    if (gp.n_predict >= 0 && s.generated >= gp.n_predict) {
-        finish(s, FinishReason::Length);
-        return false;
-    }
-    s.tokens.push_back(tok);
-    if (static_cast<int64_t>(s.tokens.size()) > opt.n_ctx) {
-        finish(s, FinishReason::ContextFull);
-        return false;
-    }
+    s.tokens.push_back(next.token);
     return true;
 }
 

@@ -21,6 +21,7 @@
 
 #include "ir/pass_options.h"
 #include "model/model.h"
+#include "runtime/generation.h"
 #include "runtime/sampler.h"
 #include "structured/constraint.h"
 #include "tensor/dtype.h"
@@ -79,15 +80,6 @@ struct TokenEvent {
     float logprob = 0.0f;                        // when top_logprobs >= 0
     std::vector<std::pair<int32_t, float>> top;  // [top_logprobs] (token, logprob)
 };
-
-enum class FinishReason {
-    Stop,         // an end-of-generation token, or the caller's on_token returned false
-    Length,       // n_predict reached
-    ContextFull,  // the sequence reached n_ctx cells (or could never get more pages)
-    Cancelled,    // cancel() or shutdown
-    Error,        // the message says what
-};
-const char* finish_reason_name(FinishReason r);
 
 struct RequestResult {
     int32_t sample = 0;
