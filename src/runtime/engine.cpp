@@ -90,6 +90,7 @@ Engine::Impl::Impl(const model::Model& m, const EngineOptions& o)
     }
     // The KV pools are committed now (the first plan makes the regions).
     prepare(1, 1);
+    kv.attach_regions(runner.allocator(), model.hp.n_embd_kv(), runner.cparams().kv_type);
     publish_stats();
 }
 

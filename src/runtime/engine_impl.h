@@ -86,7 +86,8 @@ struct Engine::Impl {
     std::vector<int32_t> eog;
 
     KvStore kv;                              // pages of -c cells, shared by all sequences
-    ModelRunner runner;                      // graphs per token-count bucket, the KV regions
+    ModelRunner runner;                      // graphs per token-count bucket; its allocator
+                                             // holds the KV regions (attached to kv)
     std::vector<std::unique_ptr<Seq>> seqs;  // admitted or queued, never finished
 
     // Reused per step.
@@ -111,11 +112,7 @@ struct Engine::Impl {
     std::vector<std::pair<std::shared_ptr<Request>, RequestResult>> cancelled_queued;
     RequestId next_id = 1;
     EngineStats stats;  // step thread's
-    Scheduler sched{opt, kv, stats, [this](Seq& s) {
-                        return kv.copy_computed_cells(s, seqs, runner.allocator(),
-                                                      model.hp.n_embd_kv(),
-                                                      runner.cparams().kv_type);
-                    }};
+    Scheduler sched{opt, kv, stats, [this](Seq& s) { return kv.copy_computed_cells(s, seqs); }};
     EngineStats snapshot;  // published under mu
     int64_t finished_pending = 0;
 };

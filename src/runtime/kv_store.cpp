@@ -130,10 +130,17 @@ int64_t KvStore::cells_written(const Sequence& o) const {
 // at admission, a few cells per layer: what it saves is a pass's worth of
 // tokens. The last prompt token is always computed (its logits are the first
 // sample's).
+void KvStore::attach_regions(graph::GraphAllocator& alloc, int64_t n_kv_embd,
+                             tensor::DType kv_type) {
+    regions_ = &alloc;
+    n_kv_embd_ = n_kv_embd;
+    row_bytes_ = tensor::row_size(kv_type, n_kv_embd);
+    elem_bytes_ = row_bytes_ / static_cast<size_t>(n_kv_embd);
+}
+
 int64_t KvStore::copy_computed_cells(Sequence& s,
-                                     const std::vector<std::unique_ptr<Sequence>>& seqs,
-                                     graph::GraphAllocator& alloc, int64_t n_kv_embd,
-                                     tensor::DType kv_type) {
+                                     const std::vector<std::unique_ptr<Sequence>>& seqs) {
+    MINFER_ASSERT(regions_ != nullptr);
     const int64_t from = s.n_done;
     const int64_t limit = static_cast<int64_t>(s.tokens.size()) - 1;
     const Sequence* donor = nullptr;
@@ -153,18 +160,16 @@ int64_t KvStore::copy_computed_cells(Sequence& s,
         }
     }
     if (donor == nullptr) return 0;
-    copy_cells(alloc, n_kv_embd, kv_type, *donor, s, from, best);
+    copy_cells(*donor, s, from, best);
     return best - from;
 }
 
 // Cells [from, to) of donor's pages into the same cells of s's, in every
 // layer's K and V region.
-void KvStore::copy_cells(graph::GraphAllocator& alloc, int64_t n_kv_embd, tensor::DType kv_type,
-                         const Sequence& donor, const Sequence& s, int64_t from, int64_t to) {
-    const size_t row = tensor::row_size(kv_type, n_kv_embd);
-    const size_t es = row / static_cast<size_t>(n_kv_embd);  // f32 or f16
-    for (const auto& region : alloc.persistent()) {          // every layer's K and V
-        backend::Backend& be = alloc.backend(region.ref.backend);
+void KvStore::copy_cells(const Sequence& donor, const Sequence& s, int64_t from, int64_t to) {
+    const size_t row = row_bytes_;
+    for (const auto& region : regions_->persistent()) {  // every layer's K and V
+        backend::Backend& be = regions_->backend(region.ref.backend);
         for (int64_t p = from; p < to;) {
             const auto j = static_cast<size_t>(p / kPageCells);
             const int64_t in = p % kPageCells, n = std::min<int64_t>(to - p, kPageCells - in);
@@ -187,7 +192,7 @@ void KvStore::copy_cells(graph::GraphAllocator& alloc, int64_t n_kv_embd, tensor
                 own_page_staging_.resize(dst.len);
                 be.read_host(dst, own_page_staging_.data(), dst.len);
                 graph::copy_k_cells(own_page_staging_.data(), copy_staging_.data(), in, n,
-                                    n_kv_embd, es);
+                                    n_kv_embd_, elem_bytes_);
                 copy_staging_.swap(own_page_staging_);
             }
             be.write_host(dst, copy_staging_.data(), dst.len);

@@ -1,8 +1,11 @@
-// The engine's KV store: the pages of every layer's K and V region (the
-// regions are the graph allocator's persistent buffers, their layout
-// ir/kv_layout.h), who holds them (graph::KvPagePool), the prefix index
-// beside them (page hashes and the tokens of indexed pages), and the copy of
-// computed cells from one sequence's pages into another's.
+// The engine's KV store: the pages of every layer's K and V region, who holds
+// them (graph::KvPagePool), the prefix index beside them (page hashes and the
+// tokens of indexed pages), and the copy of computed cells from one
+// sequence's pages into another's. The regions' memory is the graph
+// allocator's (persistent buffers no plan frees or reuses, as the design's
+// allocator owns the KV cache); the store is attached to them once they
+// exist and is the runtime's one reader and writer of their cells, in the
+// layout of ir/kv_layout.h.
 #pragma once
 
 #include <cstdint>
@@ -45,11 +48,13 @@ class KvStore {
     void mark_filled_pages_ready(const Sequence& s);
     // Lets go of s's pages, indexing its computed full pages first.
     void release_pages(Sequence& s);
+    // The regions the pages are cells of: every layer's K and V persistent
+    // buffer in `alloc`, rows of n_kv_embd values of kv_type.
+    void attach_regions(graph::GraphAllocator& alloc, int64_t n_kv_embd, tensor::DType kv_type);
     // Past s's mapped pages, the longest run of its prompt another running
-    // sequence has computed, copied into s's own pages. Returns the cells copied.
-    int64_t copy_computed_cells(Sequence& s, const std::vector<std::unique_ptr<Sequence>>& seqs,
-                                graph::GraphAllocator& alloc, int64_t n_kv_embd,
-                                tensor::DType kv_type);
+    // sequence has computed, copied into s's own pages. Returns the cells
+    // copied. The regions must be attached.
+    int64_t copy_computed_cells(Sequence& s, const std::vector<std::unique_ptr<Sequence>>& seqs);
     // Throws minfer::Error when the page accounting is broken (see Engine::Impl).
     void check(const std::vector<std::unique_ptr<Sequence>>& seqs) const;
 
@@ -57,12 +62,14 @@ class KvStore {
     bool index_page(const Sequence& s, int64_t i, uint64_t hash);
     // The cells of o written so far: a mapped page counts once it is ready.
     int64_t cells_written(const Sequence& o) const;
-    void copy_cells(graph::GraphAllocator& alloc, int64_t n_kv_embd, tensor::DType kv_type,
-                    const Sequence& donor, const Sequence& s, int64_t from, int64_t to);
+    void copy_cells(const Sequence& donor, const Sequence& s, int64_t from, int64_t to);
 
     int32_t n_pages_ = 0;
     bool prefix_cache_ = true;
     std::unique_ptr<graph::KvPagePool> pool_;
+    graph::GraphAllocator* regions_ = nullptr;  // attach_regions
+    int64_t n_kv_embd_ = 0;
+    size_t row_bytes_ = 0, elem_bytes_ = 0;          // of one cell's row: f32 or f16 values
     std::vector<std::vector<int32_t>> page_tokens_;  // [n_pages] tokens of indexed pages
     std::vector<uint8_t> copy_staging_;              // copy_cells' V rows or donor K page
     std::vector<uint8_t> own_page_staging_;          // ... and the K page they are patched into
