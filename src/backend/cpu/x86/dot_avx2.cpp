@@ -33,11 +33,7 @@ MINFER_TARGET_AVX2 float dot_q8_0_avx2(int64_t n, const void* vw, const void* va
         acc1 = _mm256_add_ps(acc1, q8_0_block_avx2(x[ib + 1], y[ib + 1]));
     }
     if (ib < nb) acc0 = _mm256_add_ps(acc0, q8_0_block_avx2(x[ib], y[ib]));
-    const __m256 acc = _mm256_add_ps(acc0, acc1);
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
+    return hsum_avx2(_mm256_add_ps(acc0, acc1));
 }
 
 // Two int16 scales, one per 128-bit half (a 32-element group that spans two
@@ -63,16 +59,7 @@ MINFER_TARGET_AVX2 float dot_q4_K_avx2(int64_t n, const void* vw, const void* va
         // nibble products: decode was bound by them, not by memory).
         alignas(16) uint8_t sm[16];
         q4k_scales_mins(x[i].scales, sm);
-        const __m128i sm8 = _mm_load_si128(reinterpret_cast<const __m128i*>(sm));
-        const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm8, 8));
-        const __m256i bs =
-            _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums)),
-                              _mm256_set1_epi16(1));  // bsum[2j] + bsum[2j + 1]
-        const __m128i bpair =
-            _mm_packs_epi32(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
-        acc_m =
-            _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins16, bpair)), acc_m);
+        acc_m = q4k_add_mins(sm, y[i].bsums, _cvtsh_ss(x[i].dmin) * y[i].d, acc_m);
         const uint8_t* q4 = x[i].qs;
         const int8_t* q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -92,9 +79,7 @@ MINFER_TARGET_AVX2 float dot_q4_K_avx2(int64_t n, const void* vw, const void* va
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-    return hsum_avx2(acc) - _mm_cvtss_f32(acc_m);
+    return hsum_avx2(acc) - hsum_sse(acc_m);
 }
 
 // Q6_K x Q8_K: the 6-bit values as unsigned 0..63 (maddubs) times the int8

@@ -91,14 +91,7 @@ MINFER_TARGET_AVX512_VNNI float dot_q4_K_vnni512(int64_t n, const void* vw, cons
         q4k_scales_mins(x[i].scales, sm);
         const __m256i sm16 =
             _mm256_cvtepu8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)));
-        // mins: sum_j m_j * (bsum[2j] + bsum[2j+1]) via madd of pair sums
-        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums));
-        const __m128i bpair = _mm_packs_epi32(
-            _mm256_castsi256_si128(_mm256_madd_epi16(bs, _mm256_set1_epi16(1))),
-            _mm256_extracti128_si256(_mm256_madd_epi16(bs, _mm256_set1_epi16(1)), 1));
-        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), bpair);
-        const float dmin = _cvtsh_ss(x[i].dmin) * y[i].d;
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        acc_m = q4k_add_mins(sm, y[i].bsums, _cvtsh_ss(x[i].dmin) * y[i].d, acc_m);
         const __m512i sc512 = _mm512_castsi256_si512(sm16);
         __m512i sumi = _mm512_setzero_si512();
         for (int j = 0; j < 4; ++j) {
@@ -118,9 +111,7 @@ MINFER_TARGET_AVX512_VNNI float dot_q4_K_vnni512(int64_t n, const void* vw, cons
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
-    acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-    return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(acc_m);
+    return _mm512_reduce_add_ps(acc) - hsum_sse(acc_m);
 }
 
 // Q6_K x Q8_K with AVX-512 (BW + VNNI): per half-block 128 six-bit values
