@@ -409,6 +409,31 @@ TEST(Engine, CancelFreesPagesAtOnce) {
 // ignore_eos: the end-of-generation token is never sampled (its logit is
 // masked, as llama.cpp does), so greedy decoding that would stop at once runs
 // to n_predict without emitting it; without ignore_eos it stops on it.
+namespace {
+// One request run alone on a fresh engine: the tokens delivered and its result.
+struct Delivered {
+    std::vector<int32_t> tokens;
+    runtime::RequestResult result;
+};
+Delivered run_request(const model::Model& m, const runtime::EngineOptions& o,
+                      const runtime::GenParams& p) {
+    runtime::Engine e(m, o);
+    Delivered d;
+    d.result.reason = runtime::FinishReason::Error;  // until on_finish says
+    runtime::RequestCallbacks cb;
+    cb.on_token = [&](const runtime::TokenEvent& ev) {
+        d.tokens.push_back(ev.token);
+        return true;
+    };
+    cb.on_finish = [&](const runtime::RequestResult& r) { d.result = r; };
+    e.submit(p, cb);
+    while (e.step()) {
+    }
+    EXPECT_EQ(e.stats().pages_used, 0);
+    return d;
+}
+}  // namespace
+
 TEST(Engine, IgnoreEosNeverSamplesTheEndToken) {
     const model::Model& m = tiny();
     std::mt19937 rng(3);
@@ -416,36 +441,20 @@ TEST(Engine, IgnoreEosNeverSamplesTheEndToken) {
     gp.prompt = random_tokens(rng, 20, static_cast<int32_t>(m.hp.n_vocab));
     gp.n_predict = 6;
     gp.sampling.temp = 0.0f;
-    auto run = [&](const runtime::EngineOptions& o, bool ignore_eos, std::vector<int32_t>& toks) {
-        runtime::Engine e(m, o);
-        runtime::GenParams p = gp;
-        p.ignore_eos = ignore_eos;
-        runtime::RequestResult res;
-        runtime::RequestCallbacks cb;
-        cb.on_token = [&](const runtime::TokenEvent& ev) {
-            toks.push_back(ev.token);
-            return true;
-        };
-        cb.on_finish = [&](const runtime::RequestResult& r) { res = r; };
-        e.submit(p, cb);
-        while (e.step()) {
-        }
-        return res;
-    };
     // The greedy first token, with no end token at all.
-    std::vector<int32_t> free_run;
-    run(small_options(256, 64, 2), false, free_run);
+    const std::vector<int32_t> free_run = run_request(m, small_options(256, 64, 2), gp).tokens;
     ASSERT_EQ(free_run.size(), 6u);
     // Make that token the end token.
     runtime::EngineOptions o = small_options(256, 64, 2);
     o.eog_ids = {free_run[0]};
-    std::vector<int32_t> stopped, ignored;
-    EXPECT_EQ(run(o, false, stopped).reason, runtime::FinishReason::Stop);
-    EXPECT_TRUE(stopped.empty());  // the end token is not delivered as text
-    const runtime::RequestResult r = run(o, true, ignored);
-    EXPECT_EQ(r.reason, runtime::FinishReason::Length);
-    ASSERT_EQ(ignored.size(), 6u);
-    for (int32_t t : ignored) EXPECT_NE(t, free_run[0]);
+    const Delivered stopped = run_request(m, o, gp);
+    EXPECT_EQ(stopped.result.reason, runtime::FinishReason::Stop);
+    EXPECT_TRUE(stopped.tokens.empty());  // the end token is not delivered as text
+    gp.ignore_eos = true;
+    const Delivered ignored = run_request(m, o, gp);
+    EXPECT_EQ(ignored.result.reason, runtime::FinishReason::Length);
+    ASSERT_EQ(ignored.tokens.size(), 6u);
+    for (int32_t t : ignored.tokens) EXPECT_NE(t, free_run[0]);
 }
 
 TEST(Engine, NPredictZeroSamplesNothing) {
@@ -456,20 +465,10 @@ TEST(Engine, NPredictZeroSamplesNothing) {
     runtime::GenParams gp;
     gp.prompt = random_tokens(rng, 20, static_cast<int32_t>(m.hp.n_vocab));
     gp.n_predict = 0;
-    runtime::Engine e(m, small_options(256, 64, 2));
-    int tokens = 0;
-    runtime::RequestResult res;
-    res.reason = runtime::FinishReason::Error;
-    runtime::RequestCallbacks cb;
-    cb.on_token = [&](const runtime::TokenEvent&) { return ++tokens, true; };
-    cb.on_finish = [&](const runtime::RequestResult& r) { res = r; };
-    e.submit(gp, cb);
-    while (e.step()) {
-    }
-    EXPECT_EQ(res.reason, runtime::FinishReason::Length);
-    EXPECT_EQ(res.generated, 0);
-    EXPECT_EQ(tokens, 0);
-    EXPECT_EQ(e.stats().pages_used, 0);
+    const Delivered d = run_request(m, small_options(256, 64, 2), gp);
+    EXPECT_EQ(d.result.reason, runtime::FinishReason::Length);
+    EXPECT_EQ(d.result.generated, 0);
+    EXPECT_TRUE(d.tokens.empty());
 }
 
 TEST(Engine, ForkedSamplesSharePromptPages) {

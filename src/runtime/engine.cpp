@@ -50,10 +50,6 @@ EngineOptions checked(EngineOptions opt) {
     return opt;
 }
 
-}  // namespace
-
-namespace {
-
 RunnerOptions runner_options(const EngineOptions& o) {
     RunnerOptions r;
     r.n_threads = o.n_threads;

@@ -298,6 +298,17 @@ MINFER_TARGET_AVX512_VNNI inline void group_sums(const Panel* p, int64_t g,
     }
 }
 
+// Tokens t .. t+T-1 of the GEMM-form activations: each row's bytes and the
+// scales that follow its K bytes.
+template <int T>
+inline void activation_rows(const uint8_t* act, size_t act_stride, int64_t t, int64_t K,
+                            const uint8_t* (&av)[T], const float* (&ad)[T]) {
+    for (int j = 0; j < T; ++j) {
+        av[j] = act + static_cast<size_t>(t + j) * act_stride;
+        ad[j] = reinterpret_cast<const float*>(av[j] + K);
+    }
+}
+
 // R panels x T tokens over K (Q8_0 activations: weights in groups of 32).
 // Per group of G elements: vpdpbusd of G/4
 // activation quads into an integer sum per (row, token) started at the
@@ -311,10 +322,7 @@ MINFER_TARGET_AVX512_VNNI void micro(const Panel* p, int64_t K, const uint8_t* a
                                      __mmask16 last_lanes) {
     const uint8_t* av[T];
     const float* ad[T];
-    for (int j = 0; j < T; ++j) {
-        av[j] = act + static_cast<size_t>(t + j) * act_stride;
-        ad[j] = reinterpret_cast<const float*>(av[j] + K);
-    }
+    activation_rows<T>(act, act_stride, t, K, av, ad);
     constexpr int64_t G = 32;
     __m512 acc[R][T];
     for (int i = 0; i < R; ++i)
@@ -350,10 +358,7 @@ MINFER_TARGET_AVX512_VNNI void micro_k(const Panel* p, int64_t K, const uint8_t*
                                        __mmask16 last_lanes) {
     const uint8_t* av[T];
     const float* ad[T];
-    for (int j = 0; j < T; ++j) {
-        av[j] = act + static_cast<size_t>(t + j) * act_stride;
-        ad[j] = reinterpret_cast<const float*>(av[j] + K);
-    }
+    activation_rows<T>(act, act_stride, t, K, av, ad);
     constexpr int64_t kGroups = QK_K / G;  // per super-block
     for (int64_t sb = 0; sb < K / QK_K; ++sb) {
         __m512 blk[R][T];
