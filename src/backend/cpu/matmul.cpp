@@ -46,10 +46,11 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
         int64_t row_begin;  // in the concatenated rows
         int64_t out_col;
         VecDotFn dot;
-        bool interleaved;      // tensor/interleave.h layout
-        GroupDotFn group_dot;  // for interleaved weights, or nullptr
-        int act;               // index into act_types
-        const uint8_t* data;   // row 0 (hoisted: TensorView::row looks the type up)
+        bool interleaved;               // tensor/interleave.h layout
+        GroupDotFn group_dot;           // for interleaved weights, or nullptr
+        GroupDotManyFn group_dot_many;  // for interleaved weights, or nullptr
+        int act;                        // index into act_types
+        const uint8_t* data;            // row 0 (hoisted: TensorView::row looks the type up)
         size_t row_bytes;
     };
     PartInfo info[kMaxParts];
@@ -72,15 +73,17 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
             act_bytes += (act_row_bytes[a] * static_cast<size_t>(n_tokens) + 63) / 64 * 64;
             ++n_act;
         }
-        info[p] = {w,
-                   M,
-                   parts[p].out_col,
-                   vec_dot_fn(w->type),
-                   w->layout == tensor::TensorView::Layout::Rows16,
-                   group_dot_fn(w->type),
-                   a,
-                   static_cast<const uint8_t*>(w->data),
-                   w->row_bytes()};
+        info[p] = {
+            w,
+            M,
+            parts[p].out_col,
+            vec_dot_fn(w->type),
+            w->layout == tensor::TensorView::Layout::Rows16,
+            group_dot_fn(w->type),
+            w->layout == tensor::TensorView::Layout::Rows16 ? group_dot_many_fn(w->type) : nullptr,
+            a,
+            static_cast<const uint8_t*>(w->data),
+            w->row_bytes()};
         MINFER_ASSERT_MSG(info[p].dot != nullptr, "matmul: weight type has no dot product");
         M += w->ne[1];
     }
@@ -91,6 +94,11 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
     bool gemm = true;
     for (int p = 0; p < n_parts && gemm; ++p)
         gemm = matmul_takes_gemm(*info[p].w, n_tokens, batch_invariant);
+    // A few tokens on regrouped weights that have a many-token group kernel
+    // take the dot path instead (kGroupDotManyMaxTokens).
+    bool many = n_tokens > 1 && n_tokens <= kGroupDotManyMaxTokens;
+    for (int p = 0; p < n_parts && many; ++p) many = info[p].group_dot_many != nullptr;
+    if (many) gemm = false;
     size_t gemm_row[kMaxParts] = {}, gemm_offset[kMaxParts] = {};
     if (gemm) {
         act_bytes = 0;
@@ -205,6 +213,11 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
                 const int64_t l0 = m % tensor::kInterleaveRows;
                 const int64_t n_here = std::min(tensor::kInterleaveRows - l0, r1 - r);
                 const uint8_t* group = pi.data + static_cast<size_t>(m - l0) * pi.row_bytes;
+                if (many && n_here == tensor::kInterleaveRows) {
+                    pi.group_dot_many(K, group, arow, abytes, n_tokens, o, out_stride);
+                    r += n_here - 1;
+                    continue;
+                }
                 for (int64_t t = 0; t < n_tokens; ++t) {
                     const uint8_t* a = arow + static_cast<size_t>(t) * abytes;
                     float* ot = o + t * out_stride;

@@ -146,11 +146,8 @@ constexpr int64_t kDotItemRows = 64;
 // dense matmul does).
 constexpr int64_t kParallelQuantizeMin = 1 << 15;
 
-// Up to this many tokens, an expert with a many-token group kernel takes it
-// instead of the GEMM: it reads the regrouped rows as they are, where the
-// GEMM unpacks each tile first, a cost a few tokens do not repay. A token
-// chooses an expert once, so a decode batch of up to 16 never needs the GEMM.
-constexpr int64_t kGroupDotManyMaxTokens = 16;
+// (kGroupDotManyMaxTokens: a token chooses an expert once, so a decode batch
+// of up to 16 never needs the GEMM.)
 
 struct ExpertItem {
     int32_t expert;

@@ -48,6 +48,12 @@ GroupDotFn group_dot_fn(tensor::DType weight);
 using GroupDotManyFn = void (*)(int64_t n, const void* group, const void* a, size_t a_stride,
                                 int64_t n_tok, float* out, int64_t out_stride);
 GroupDotManyFn group_dot_many_fn(tensor::DType weight);
+// Up to this many tokens, a matmul (or an expert) on regrouped weights with
+// a many-token group kernel takes it instead of the GEMM: it reads the
+// regrouped rows as they are, where the GEMM unpacks each tile first, a
+// cost a few tokens do not repay. The sums are the GEMM's, so batch
+// invariance holds either way.
+constexpr int64_t kGroupDotManyMaxTokens = 16;
 
 // Plain f32 dot product with float accumulation in 16 lanes (ggml's
 // ggml_vec_dot_f32 sums in float SIMD registers too).
