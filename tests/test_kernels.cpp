@@ -572,10 +572,11 @@ TEST(CpuMatMul, InterleavedWeightsMatchTheFileLayout) {
 
 TEST(CpuMatMul, RegroupedWeightsAreBitwiseTheSameAloneAndInAnyBatch) {
     // Regrouped weights whose type has a group kernel at the level: the
-    // decode kernel (fewer than 4 tokens) and the GEMM (4 or more) do per
+    // decode kernel (fewer than 4 tokens), the many-token group kernel
+    // (AVX-512 Q8_0 and Q4_K, 2 to 16 tokens) and the GEMM (the rest) do per
     // row the same float steps on exact integer sums, so a token's outputs
-    // are bitwise the same alone, among 3 (dot path) and at any place in 9
-    // or 19 (GEMM), with 1 and 2 threads. matmul_batch_invariant says so,
+    // are bitwise the same alone, among 3 and 9, and in 19 (the GEMM
+    // everywhere), with 1 and 2 threads. matmul_batch_invariant says so,
     // and on x86-64 it must for all four types at Avx2 and at Avx512 (Q5_0
     // there with BITALG), or the check would pass by skipping. Rows
     // 48: three 16-row groups, so a 32-row GEMM tile and a lone group.
