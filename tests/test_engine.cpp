@@ -406,9 +406,6 @@ TEST(Engine, CancelFreesPagesAtOnce) {
     EXPECT_TRUE(e.idle());
 }
 
-// ignore_eos: the end-of-generation token is never sampled (its logit is
-// masked, as llama.cpp does), so greedy decoding that would stop at once runs
-// to n_predict without emitting it; without ignore_eos it stops on it.
 namespace {
 // One request run alone on a fresh engine: the tokens delivered and its result.
 struct Delivered {
@@ -434,6 +431,9 @@ Delivered run_request(const model::Model& m, const runtime::EngineOptions& o,
 }
 }  // namespace
 
+// ignore_eos: the end-of-generation token is never sampled (its logit is
+// masked, as llama.cpp does), so greedy decoding that would stop at once runs
+// to n_predict without emitting it; without ignore_eos it stops on it.
 TEST(Engine, IgnoreEosNeverSamplesTheEndToken) {
     const model::Model& m = tiny();
     std::mt19937 rng(3);

@@ -121,6 +121,14 @@ int64_t KvStore::cells_written(const Sequence& o) const {
     return done;
 }
 
+void KvStore::attach_regions(graph::GraphAllocator& alloc, int64_t n_kv_embd,
+                             tensor::DType kv_type) {
+    regions_ = &alloc;
+    n_kv_embd_ = n_kv_embd;
+    row_bytes_ = tensor::row_size(kv_type, n_kv_embd);
+    elem_bytes_ = row_bytes_ / static_cast<size_t>(n_kv_embd);
+}
+
 // The tokens after a running sequence's last full prompt page (only full
 // pages are indexed), or pages it filled while generating (a chat that goes
 // on from its reply), copied cell by cell into this sequence's own pages, as
@@ -130,14 +138,6 @@ int64_t KvStore::cells_written(const Sequence& o) const {
 // at admission, a few cells per layer: what it saves is a pass's worth of
 // tokens. The last prompt token is always computed (its logits are the first
 // sample's).
-void KvStore::attach_regions(graph::GraphAllocator& alloc, int64_t n_kv_embd,
-                             tensor::DType kv_type) {
-    regions_ = &alloc;
-    n_kv_embd_ = n_kv_embd;
-    row_bytes_ = tensor::row_size(kv_type, n_kv_embd);
-    elem_bytes_ = row_bytes_ / static_cast<size_t>(n_kv_embd);
-}
-
 int64_t KvStore::copy_computed_cells(Sequence& s,
                                      const std::vector<std::unique_ptr<Sequence>>& seqs) {
     MINFER_ASSERT(regions_ != nullptr);

@@ -73,17 +73,17 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
             act_bytes += (act_row_bytes[a] * static_cast<size_t>(n_tokens) + 63) / 64 * 64;
             ++n_act;
         }
-        info[p] = {
-            w,
-            M,
-            parts[p].out_col,
-            vec_dot_fn(w->type),
-            w->layout == tensor::TensorView::Layout::Rows16,
-            group_dot_fn(w->type),
-            w->layout == tensor::TensorView::Layout::Rows16 ? group_dot_many_fn(w->type) : nullptr,
-            a,
-            static_cast<const uint8_t*>(w->data),
-            w->row_bytes()};
+        const bool rows16 = w->layout == tensor::TensorView::Layout::Rows16;
+        info[p] = {w,
+                   M,
+                   parts[p].out_col,
+                   vec_dot_fn(w->type),
+                   rows16,
+                   group_dot_fn(w->type),
+                   rows16 ? group_dot_many_fn(w->type) : nullptr,
+                   a,
+                   static_cast<const uint8_t*>(w->data),
+                   w->row_bytes()};
         MINFER_ASSERT_MSG(info[p].dot != nullptr, "matmul: weight type has no dot product");
         M += w->ne[1];
     }

@@ -146,9 +146,6 @@ constexpr int64_t kDotItemRows = 64;
 // dense matmul does).
 constexpr int64_t kParallelQuantizeMin = 1 << 15;
 
-// (kGroupDotManyMaxTokens: a token chooses an expert once, so a decode batch
-// of up to 16 never needs the GEMM.)
-
 struct ExpertItem {
     int32_t expert;
     int32_t r0, r1;  // weight rows of this item within the expert's slice
@@ -191,7 +188,9 @@ void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
         const int64_t n_e = gv.offset[e + 1] - gv.offset[e];
         MINFER_ASSERT(n_e >= 0);
         if (n_e == 0) return Path::None;
-        // bitwise the GEMM's sums (quant_dot.h), so batch invariance holds either way
+        // bitwise the GEMM's sums (quant_dot.h), so batch invariance holds either
+        // way; a token chooses an expert once, so a decode batch of up to
+        // kGroupDotManyMaxTokens never needs the GEMM
         if (group_dot_many != nullptr && n_e <= kGroupDotManyMaxTokens) return Path::Dot;
         return matmul_takes_gemm(*w, n_e, data.batch_invariant) ? Path::Gemm : Path::Dot;
     };
