@@ -3,6 +3,7 @@
 // against a straightforward scalar reference written here (double accumulation), with the tolerance
 // of each comparison argued next to it. Weights are random bytes with sane block scales, so every
 // bit pattern of the quant fields is exercised.
+#include "isa_levels.h"
 #include "kernel_test_data.h"
 
 // ---- hand-computed blocks -----------------------------------------------------
@@ -38,20 +39,31 @@ TEST(CpuQuant, AgreesWithTheTensorStage) {
     // hand-made blocks above and Quants.Dequant* check its values.)
     for (DType t : kWeightTypes)
         EXPECT_EQ(cpu::act_type(t), tensor::vec_dot_type(t)) << dtype_name(t);
-    // Q8_K activations: bit-identical to the reference quantizer, also for
-    // a zero block, a block whose largest magnitude comes with both signs
-    // (the first one's sign wins) and values on rounding ties.
-    auto x = random_floats(1024, 78, -3, 3);
+    // Q8_K activations, at every level: bit-identical to the reference
+    // quantizer, also for a zero block, blocks whose largest magnitude
+    // comes with both signs (the first one's sign wins; in one vector of
+    // the x86 search or in two; first in the block's last element),
+    // infinities and values on rounding ties.
+    auto x = random_floats(1536, 78, -3, 3);
     std::fill(x.begin() + 256, x.begin() + 512, 0.0f);
     x[520] = 2.5f;
     x[530] = -2.5f;
     for (int j = 540; j < 560; ++j) x[size_t(j)] = 2.5f * float(j - 550) / 127.0f * 0.5f;
     x[770] = -3.5f;
+    x[775] = 3.5f;
     x[900] = 3.5f;
-    std::vector<uint8_t> qa(row_size(DType::Q8_K, 1024)), qb(qa.size());
-    cpu::quantize_act_row(DType::Q8_K, x.data(), qa.data(), 1024);
-    tensor::quantize_row(DType::Q8_K, x.data(), qb.data(), 1024);
-    EXPECT_EQ(0, std::memcmp(qa.data(), qb.data(), qa.size()));
+    x[1023] = -3.75f;
+    x[1100] = INFINITY;
+    x[1200] = -INFINITY;
+    x[1535] = -3.25f;
+    x[1300] = 3.25f;
+    std::vector<uint8_t> qb(row_size(DType::Q8_K, 1536));
+    tensor::quantize_row(DType::Q8_K, x.data(), qb.data(), 1536);
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        std::vector<uint8_t> qa(qb.size());
+        cpu::quantize_act_row(DType::Q8_K, x.data(), qa.data(), 1536);
+        EXPECT_EQ(0, std::memcmp(qa.data(), qb.data(), qa.size()));
+    });
 }
 
 TEST(CpuQuant, Q8ActivationsRoundTiesToEvenLikeGgml) {

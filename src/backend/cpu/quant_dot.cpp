@@ -457,26 +457,79 @@ MINFER_INLINE void quantize_q8_1_row_body(const float* x, block_q8_1* y, int64_t
 MINFER_LEVEL_VARIANTS(void, quantize_q8_1_row, (const float* x, block_q8_1* y, int64_t n),
                       (x, y, n))
 
+// A Q8_K block's largest magnitude and the first element of that magnitude
+// (whose sign ggml keeps). ggml scans for them one element at a time, a
+// loop the compiler leaves scalar (a float max reduction and an early
+// exit); the x86 levels below find the same two per 16 or 8 lanes.
+struct BlockPeak {
+    float amax;
+    int first;
+};
+
+MINFER_INLINE BlockPeak block_peak(const float* x) {
+    float amax = 0;
+    for (int j = 0; j < QK_K; ++j) {
+        const float ax = std::fabs(x[j]);
+        amax = ax > amax ? ax : amax;
+    }
+    int first = 0;
+    if (amax != 0.0f)
+        while (std::fabs(x[first]) != amax) ++first;
+    return {amax, first};
+}
+
+#ifdef MINFER_X86_SIMD
+// max_ps(ax, m) is ax > m ? ax : m per lane, the scalar compare: a NaN is
+// skipped as ggml's scan skips it, and the max of the rest does not depend
+// on the order, so both are ggml's.
+MINFER_TARGET_V4 inline BlockPeak block_peak_v4(const float* x) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    __m512 m = _mm512_setzero_ps();
+    for (int j = 0; j < QK_K; j += 16)
+        m = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + j)), m);
+    const float amax = _mm512_reduce_max_ps(m);
+    if (amax == 0.0f) return {0.0f, 0};
+    const __m512 target = _mm512_set1_ps(amax);
+    for (int j = 0;; j += 16) {
+        const __mmask16 eq =
+            _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + j)), target, _CMP_EQ_OQ);
+        if (eq != 0) return {amax, j + __builtin_ctz(eq)};
+    }
+}
+
+MINFER_TARGET_V3 inline BlockPeak block_peak_v3(const float* x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < QK_K; j += 8)
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float amax = _mm_cvtss_f32(h);
+    if (amax == 0.0f) return {0.0f, 0};
+    const __m256 target = _mm256_set1_ps(amax);
+    for (int j = 0;; j += 8) {
+        const int eq = _mm256_movemask_ps(
+            _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), target, _CMP_EQ_OQ));
+        if (eq != 0) return {amax, j + __builtin_ctz(static_cast<unsigned>(eq))};
+    }
+}
+#endif
+
 // ggml's quantize_row_q8_K_ref (the tensor stage's reference, which the
 // tests hold this bit-identical to), written so the compiler vectorizes
-// it: the block's largest magnitude, its first element of that magnitude
-// (whose sign ggml keeps), then q = min(127, round(x * -127 / max)).
+// it: with the block's peak, q = min(127, round(x * -127 / x[first])).
+template <BlockPeak (*kPeak)(const float*)>
 MINFER_INLINE void quantize_q8_K_row_body(const float* x, block_q8_K* y, int64_t n) {
     for (int64_t ib = 0; ib < n / QK_K; ++ib, x += QK_K) {
-        float amax = 0;
-        for (int j = 0; j < QK_K; ++j) {
-            const float ax = std::fabs(x[j]);
-            amax = ax > amax ? ax : amax;
-        }
-        if (amax == 0.0f) {
+        const BlockPeak peak = kPeak(x);
+        if (peak.amax == 0.0f) {
             y[ib].d = 0;
             std::memset(y[ib].qs, 0, QK_K);
             std::memset(y[ib].bsums, 0, sizeof(y[ib].bsums));
             continue;
         }
-        int first = 0;
-        while (std::fabs(x[first]) != amax) ++first;
-        const float iscale = -127.f / x[first];
+        const float iscale = -127.f / x[peak.first];
         for (int j = 0; j < QK_K; ++j)
             y[ib].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
         for (int g = 0; g < QK_K / 16; ++g) {
@@ -487,8 +540,24 @@ MINFER_INLINE void quantize_q8_K_row_body(const float* x, block_q8_K* y, int64_t
         y[ib].d = 1 / iscale;
     }
 }
-MINFER_LEVEL_VARIANTS(void, quantize_q8_K_row, (const float* x, block_q8_K* y, int64_t n),
-                      (x, y, n))
+#ifdef MINFER_X86_SIMD
+MINFER_TARGET_V4 void quantize_q8_K_row_v4(const float* x, block_q8_K* y, int64_t n) {
+    quantize_q8_K_row_body<block_peak_v4>(x, y, n);
+}
+MINFER_TARGET_V3 void quantize_q8_K_row_v3(const float* x, block_q8_K* y, int64_t n) {
+    quantize_q8_K_row_body<block_peak_v3>(x, y, n);
+}
+#else
+MINFER_TARGET_V4 void quantize_q8_K_row_v4(const float* x, block_q8_K* y, int64_t n) {
+    quantize_q8_K_row_body<block_peak>(x, y, n);
+}
+MINFER_TARGET_V3 void quantize_q8_K_row_v3(const float* x, block_q8_K* y, int64_t n) {
+    quantize_q8_K_row_body<block_peak>(x, y, n);
+}
+#endif
+void quantize_q8_K_row(const float* x, block_q8_K* y, int64_t n) {
+    quantize_q8_K_row_body<block_peak>(x, y, n);
+}
 
 }  // namespace
 

@@ -97,31 +97,41 @@ constexpr int kKeysPerStep = 4;  // keys sharing one load of q^T[d]
 constexpr int64_t kMaxRows = kAttnMaxRows;
 
 // out[r] = sum_j p[j][r] * v_j for the rows of one vector block, R rows at a
-// time in registers (NV vectors each).
+// time in registers (NV vectors each). Keys go kPvKeys at a time through
+// every row, so that block of V rows is read from L1 by all of them (the
+// whole of V, read per R rows, would stream from L2 at the rate of the
+// FMAs); a row's sums wait in out between blocks, the same chain of FMAs.
+constexpr int64_t kPvKeys = 32;
 template <int NV>
 MINFER_TARGET_AVX512 void attn_pv(const float* p, int64_t p_stride, int64_t rows,
                                   const int32_t* n_kv_row, const float* v, int64_t v_row,
                                   float* const* out) {
     constexpr int R = NV >= 16 ? 1 : 16 / NV > 4 ? 4 : 16 / NV;
-    for (int64_t r0 = 0; r0 < rows; r0 += R) {
-        const int nr = static_cast<int>(std::min<int64_t>(R, rows - r0));
-        int64_t n_kv = 0;
-        for (int i = 0; i < nr; ++i) n_kv = std::max<int64_t>(n_kv, n_kv_row[r0 + i]);
-        __m512 acc[R][NV];
-        for (int i = 0; i < R; ++i)
-            for (int u = 0; u < NV; ++u) acc[i][u] = _mm512_setzero_ps();
-        for (int64_t j = 0; j < n_kv; ++j) {
-            const float* vj = v + j * v_row;
-            for (int i = 0; i < R; ++i) {
-                if (i >= nr) break;
-                const __m512 pj = _mm512_set1_ps(p[j * p_stride + r0 + i]);
+    int64_t n_kv_all = 0;
+    for (int64_t r = 0; r < rows; ++r) n_kv_all = std::max<int64_t>(n_kv_all, n_kv_row[r]);
+    for (int64_t j0 = 0; j0 < n_kv_all; j0 += kPvKeys)
+        for (int64_t r0 = 0; r0 < rows; r0 += R) {
+            const int nr = static_cast<int>(std::min<int64_t>(R, rows - r0));
+            int64_t n_kv = 0;
+            for (int i = 0; i < nr; ++i) n_kv = std::max<int64_t>(n_kv, n_kv_row[r0 + i]);
+            if (j0 >= n_kv) continue;
+            __m512 acc[R][NV];
+            for (int i = 0; i < R; ++i)
                 for (int u = 0; u < NV; ++u)
-                    acc[i][u] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * u), acc[i][u]);
+                    acc[i][u] = j0 == 0 || i >= nr ? _mm512_setzero_ps()
+                                                   : _mm512_loadu_ps(out[r0 + i] + 16 * u);
+            for (int64_t j = j0; j < std::min(n_kv, j0 + kPvKeys); ++j) {
+                const float* vj = v + j * v_row;
+                for (int i = 0; i < R; ++i) {
+                    if (i >= nr) break;
+                    const __m512 pj = _mm512_set1_ps(p[j * p_stride + r0 + i]);
+                    for (int u = 0; u < NV; ++u)
+                        acc[i][u] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * u), acc[i][u]);
+                }
             }
+            for (int i = 0; i < nr; ++i)
+                for (int u = 0; u < NV; ++u) _mm512_storeu_ps(out[r0 + i] + 16 * u, acc[i][u]);
         }
-        for (int i = 0; i < nr; ++i)
-            for (int u = 0; u < NV; ++u) _mm512_storeu_ps(out[r0 + i] + 16 * u, acc[i][u]);
-    }
 }
 
 using PvFn = void (*)(const float*, int64_t, int64_t, const int32_t*, const float*, int64_t,
@@ -139,6 +149,44 @@ MINFER_TARGET_AVX512 void gather_v_rows(const AttnRows& a, int64_t j, int64_t ru
     for (int64_t l = 0; l < run; ++l)
         for (int64_t d = 0; d < a.hd; d += 16)
             _mm512_storeu_ps(vf + l * a.hd + d, load16(a.f16, a.v, first + l * a.kv_row + d));
+}
+
+// Scores of NR row vectors (16 rows each, from rv0) against keys
+// [0, n_kv_pad), kKeysPerStep keys per pass over q^T: NR x kKeysPerStep
+// independent FMA chains, enough to cover the FMA latency with two row
+// vectors (one alone leaves half the FMA slots idle). Keys at or past a
+// row's n_kv are -inf (and never read from memory past n_kv_max). Each
+// score is the same FMA chain over the head dimension whatever NR is.
+constexpr int kScoreVecs = 2;
+template <int NR>
+MINFER_TARGET_AVX512 void score_rows(const float* qt, int64_t hd, const float* kt,
+                                     const int32_t* row_kv, int64_t n_kv_pad, float scale,
+                                     float* st, int64_t st_stride, int64_t rv0) {
+    constexpr int64_t B = graph::kKBlockCells;
+    const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n_kv_pad; j += kKeysPerStep) {
+        __m512 acc[NR][kKeysPerStep];
+        for (int r = 0; r < NR; ++r)
+            for (int u = 0; u < kKeysPerStep; ++u) acc[r][u] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < hd; ++d) {
+            __m512 qd[NR];
+            for (int r = 0; r < NR; ++r) qd[r] = _mm512_loadu_ps(qt + ((rv0 + r) * hd + d) * 16);
+            const float* kd = kt + (j / B * hd + d) * B + j % B;  // 4 keys of one block
+            for (int u = 0; u < kKeysPerStep; ++u) {
+                const __m512 k = _mm512_set1_ps(kd[u]);
+                for (int r = 0; r < NR; ++r) acc[r][u] = _mm512_fmadd_ps(qd[r], k, acc[r][u]);
+            }
+        }
+        for (int r = 0; r < NR; ++r) {
+            const __m512i lane_kv = _mm512_loadu_si512(row_kv + (rv0 + r) * 16);
+            for (int u = 0; u < kKeysPerStep; ++u) {
+                const __mmask16 live = _mm512_cmpgt_epi32_mask(
+                    lane_kv, _mm512_set1_epi32(static_cast<int32_t>(j + u)));
+                _mm512_storeu_ps(st + (j + u) * st_stride + (rv0 + r) * 16,
+                                 _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(acc[r][u], vscale)));
+            }
+        }
+    }
 }
 
 MINFER_TARGET_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
@@ -169,28 +217,14 @@ MINFER_TARGET_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
         for (int64_t d = 0; d < hd; ++d) kt[(j / B * hd + d) * B + j % B] = 0.0f;
         for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(vf + j * hd + d, _mm512_setzero_ps());
     }
-    const __m512 vscale = _mm512_set1_ps(a.scale), ninf = _mm512_set1_ps(-INFINITY);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t rv = 0; rv < nrv; rv += kScoreVecs) {
+        if (nrv - rv >= kScoreVecs)
+            score_rows<kScoreVecs>(qt, hd, kt, row_kv, n_kv_pad, a.scale, st, st_stride, rv);
+        else
+            score_rows<1>(qt, hd, kt, row_kv, n_kv_pad, a.scale, st, st_stride, rv);
+    }
     for (int64_t rv = 0; rv < nrv; ++rv) {
-        const float* q = qt + rv * hd * 16;
-        const __m512i lane_kv = _mm512_loadu_si512(row_kv + rv * 16);
-        // Scores, kKeysPerStep keys per pass over q^T; keys at or past a
-        // row's n_kv are -inf (and never read from memory past n_kv_max).
-        for (int64_t j = 0; j < n_kv_pad; j += kKeysPerStep) {
-            __m512 acc[kKeysPerStep];
-            for (int u = 0; u < kKeysPerStep; ++u) acc[u] = _mm512_setzero_ps();
-            for (int64_t d = 0; d < hd; ++d) {
-                const __m512 qd = _mm512_loadu_ps(q + d * 16);
-                const float* kd = kt + (j / B * hd + d) * B + j % B;  // 4 keys of one block
-                for (int u = 0; u < kKeysPerStep; ++u)
-                    acc[u] = _mm512_fmadd_ps(qd, _mm512_set1_ps(kd[u]), acc[u]);
-            }
-            for (int u = 0; u < kKeysPerStep; ++u) {
-                const __mmask16 live = _mm512_cmpgt_epi32_mask(
-                    lane_kv, _mm512_set1_epi32(static_cast<int32_t>(j + u)));
-                _mm512_storeu_ps(st + (j + u) * st_stride + rv * 16,
-                                 _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(acc[u], vscale)));
-            }
-        }
         // Softmax down each lane: the maximum, exp(s - max) with the sum of
         // each 16 keys in float then in double (as ggml's softmax), and
         // the probabilities (rounded to f16 for an f16 V, as ggml).
@@ -306,32 +340,42 @@ MINFER_TARGET_AVX2 void value_block_rows(const AttnRows& a, int64_t j0, int64_t 
     }
 }
 
-// Scores of one 8-row block against keys [j0, j0 + count) (kt: their K,
-// dim-major [hd][kKeyBlock]; count a multiple of kKeysPerStep): st[j][lane]
-// = q_lane . k_j * scale (one FMA chain over d), or -inf for keys at or
-// past the lane's n_kv.
+// Scores of NR 8-row blocks (qt: the first's q^T, the next hd * 8 floats
+// on; lane_kv: their rows' key counts) against keys [j0, j0 + count) (kt:
+// their K, dim-major [hd][kKeyBlock]; count a multiple of kKeysPerStep):
+// st[j][lane] = q_lane . k_j * scale (one FMA chain over d), or -inf for
+// keys at or past the lane's n_kv. Two blocks give 8 independent chains,
+// enough to cover the FMA latency (4 leave half the FMA slots idle); a
+// score's chain is the same whatever NR is.
+template <int NR>
 MINFER_TARGET_AVX2 void rows_scores_block_avx2(const float* qt, int64_t hd, const float* kt,
-                                               int64_t j0, int64_t count, __m256i lane_kv,
+                                               int64_t j0, int64_t count, const __m256i* lane_kv,
                                                float scale, float* st, int64_t st_stride) {
     const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < count; j += kKeysPerStep) {
-        __m256 acc[kKeysPerStep];
-        for (int u = 0; u < kKeysPerStep; ++u) acc[u] = _mm256_setzero_ps();
+        __m256 acc[NR][kKeysPerStep];
+        for (int r = 0; r < NR; ++r)
+            for (int u = 0; u < kKeysPerStep; ++u) acc[r][u] = _mm256_setzero_ps();
         for (int64_t d = 0; d < hd; ++d) {
-            const __m256 qd = _mm256_loadu_ps(qt + d * 8);
+            __m256 qd[NR];
+            for (int r = 0; r < NR; ++r) qd[r] = _mm256_loadu_ps(qt + (r * hd + d) * 8);
             const float* kd = kt + d * kKeyBlock + j;
-            for (int u = 0; u < kKeysPerStep; ++u)
-                acc[u] = _mm256_fmadd_ps(qd, _mm256_broadcast_ss(kd + u), acc[u]);
+            for (int u = 0; u < kKeysPerStep; ++u) {
+                const __m256 k = _mm256_broadcast_ss(kd + u);
+                for (int r = 0; r < NR; ++r) acc[r][u] = _mm256_fmadd_ps(qd[r], k, acc[r][u]);
+            }
         }
-        for (int u = 0; u < kKeysPerStep; ++u) {
-            const int64_t key = j0 + j + u;
-            const __m256 live = _mm256_castsi256_ps(
-                _mm256_cmpgt_epi32(lane_kv, _mm256_set1_epi32(static_cast<int32_t>(key))));
-            _mm256_storeu_ps(st + key * st_stride,
-                             _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[u], vscale), live));
-        }
+        for (int r = 0; r < NR; ++r)
+            for (int u = 0; u < kKeysPerStep; ++u) {
+                const int64_t key = j0 + j + u;
+                const __m256 live = _mm256_castsi256_ps(
+                    _mm256_cmpgt_epi32(lane_kv[r], _mm256_set1_epi32(static_cast<int32_t>(key))));
+                _mm256_storeu_ps(st + key * st_stride + 8 * r,
+                                 _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[r][u], vscale), live));
+            }
     }
 }
+constexpr int kScoreBlocks = 2;
 
 // out[r] (+)= sum_j p[j][r] * v_j over keys [j0, j0 + count) (v[l]: key j0
 // + l's row), R rows x 2 vectors of the head in registers at a time; the
@@ -384,11 +428,16 @@ MINFER_TARGET_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
     for (int64_t j0 = 0; j0 < n_kv_pad; j0 += kKeyBlock) {
         const int64_t n = std::min(kKeyBlock, n_kv_pad - j0);
         const float* kt = key_block_dims(a, j0, n, n_kv_max, buf);
-        for (int64_t rv = 0; rv < nrv; ++rv)
-            rows_scores_block_avx2(
-                qt + rv * hd * 8, hd, kt, j0, n,
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_kv + rv * 8)), a.scale,
-                st + rv * 8, st_stride);
+        for (int64_t rv = 0; rv < nrv; rv += kScoreBlocks) {
+            __m256i lane_kv[kScoreBlocks];
+            const int nb = static_cast<int>(std::min<int64_t>(kScoreBlocks, nrv - rv));
+            for (int b = 0; b < nb; ++b)
+                lane_kv[b] =
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_kv + (rv + b) * 8));
+            const auto scores = nb == kScoreBlocks ? &rows_scores_block_avx2<kScoreBlocks>
+                                                   : &rows_scores_block_avx2<1>;
+            scores(qt + rv * hd * 8, hd, kt, j0, n, lane_kv, a.scale, st + rv * 8, st_stride);
+        }
     }
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t rv = 0; rv < nrv; ++rv) {
