@@ -514,6 +514,14 @@ MINFER_TARGET_V3 inline BlockPeak block_peak_v3(const float* x) {
         if (eq != 0) return {amax, j + __builtin_ctz(static_cast<unsigned>(eq))};
     }
 }
+#else
+// No x86 levels on this architecture: their variants search portably.
+MINFER_INLINE BlockPeak block_peak_v4(const float* x) {
+    return block_peak(x);
+}
+MINFER_INLINE BlockPeak block_peak_v3(const float* x) {
+    return block_peak(x);
+}
 #endif
 
 // ggml's quantize_row_q8_K_ref (the tensor stage's reference, which the
@@ -540,21 +548,12 @@ MINFER_INLINE void quantize_q8_K_row_body(const float* x, block_q8_K* y, int64_t
         y[ib].d = 1 / iscale;
     }
 }
-#ifdef MINFER_X86_SIMD
 MINFER_TARGET_V4 void quantize_q8_K_row_v4(const float* x, block_q8_K* y, int64_t n) {
     quantize_q8_K_row_body<block_peak_v4>(x, y, n);
 }
 MINFER_TARGET_V3 void quantize_q8_K_row_v3(const float* x, block_q8_K* y, int64_t n) {
     quantize_q8_K_row_body<block_peak_v3>(x, y, n);
 }
-#else
-MINFER_TARGET_V4 void quantize_q8_K_row_v4(const float* x, block_q8_K* y, int64_t n) {
-    quantize_q8_K_row_body<block_peak>(x, y, n);
-}
-MINFER_TARGET_V3 void quantize_q8_K_row_v3(const float* x, block_q8_K* y, int64_t n) {
-    quantize_q8_K_row_body<block_peak>(x, y, n);
-}
-#endif
 void quantize_q8_K_row(const float* x, block_q8_K* y, int64_t n) {
     quantize_q8_K_row_body<block_peak>(x, y, n);
 }

@@ -94,6 +94,8 @@ void gather_k_dims(const AttnRows& a, int64_t j0, int64_t j1, float* kt, int64_t
 // once. Scores are kept key-major: st[j][row].
 
 constexpr int kKeysPerStep = 4;  // keys sharing one load of q^T[d]
+// Row vectors sharing one pass of the score kernels over the keys.
+constexpr int kScoreRowVecs = 2;
 constexpr int64_t kMaxRows = kAttnMaxRows;
 
 // out[r] = sum_j p[j][r] * v_j for the rows of one vector block, R rows at a
@@ -151,17 +153,17 @@ MINFER_TARGET_AVX512 void gather_v_rows(const AttnRows& a, int64_t j, int64_t ru
             _mm512_storeu_ps(vf + l * a.hd + d, load16(a.f16, a.v, first + l * a.kv_row + d));
 }
 
-// Scores of NR row vectors (16 rows each, from rv0) against keys
+// Scores of NR row vectors (16 rows each; qt: the first's q^T, the next
+// hd * 16 floats on; row_kv, st: from the first's rows) against keys
 // [0, n_kv_pad), kKeysPerStep keys per pass over q^T: NR x kKeysPerStep
 // independent FMA chains, enough to cover the FMA latency with two row
 // vectors (one alone leaves half the FMA slots idle). Keys at or past a
 // row's n_kv are -inf (and never read from memory past n_kv_max). Each
 // score is the same FMA chain over the head dimension whatever NR is.
-constexpr int kScoreVecs = 2;
 template <int NR>
 MINFER_TARGET_AVX512 void score_rows(const float* qt, int64_t hd, const float* kt,
                                      const int32_t* row_kv, int64_t n_kv_pad, float scale,
-                                     float* st, int64_t st_stride, int64_t rv0) {
+                                     float* st, int64_t st_stride) {
     constexpr int64_t B = graph::kKBlockCells;
     const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
     for (int64_t j = 0; j < n_kv_pad; j += kKeysPerStep) {
@@ -170,7 +172,7 @@ MINFER_TARGET_AVX512 void score_rows(const float* qt, int64_t hd, const float* k
             for (int u = 0; u < kKeysPerStep; ++u) acc[r][u] = _mm512_setzero_ps();
         for (int64_t d = 0; d < hd; ++d) {
             __m512 qd[NR];
-            for (int r = 0; r < NR; ++r) qd[r] = _mm512_loadu_ps(qt + ((rv0 + r) * hd + d) * 16);
+            for (int r = 0; r < NR; ++r) qd[r] = _mm512_loadu_ps(qt + (r * hd + d) * 16);
             const float* kd = kt + (j / B * hd + d) * B + j % B;  // 4 keys of one block
             for (int u = 0; u < kKeysPerStep; ++u) {
                 const __m512 k = _mm512_set1_ps(kd[u]);
@@ -178,11 +180,11 @@ MINFER_TARGET_AVX512 void score_rows(const float* qt, int64_t hd, const float* k
             }
         }
         for (int r = 0; r < NR; ++r) {
-            const __m512i lane_kv = _mm512_loadu_si512(row_kv + (rv0 + r) * 16);
+            const __m512i lane_kv = _mm512_loadu_si512(row_kv + r * 16);
             for (int u = 0; u < kKeysPerStep; ++u) {
                 const __mmask16 live = _mm512_cmpgt_epi32_mask(
                     lane_kv, _mm512_set1_epi32(static_cast<int32_t>(j + u)));
-                _mm512_storeu_ps(st + (j + u) * st_stride + (rv0 + r) * 16,
+                _mm512_storeu_ps(st + (j + u) * st_stride + r * 16,
                                  _mm512_mask_mov_ps(ninf, live, _mm512_mul_ps(acc[r][u], vscale)));
             }
         }
@@ -218,11 +220,10 @@ MINFER_TARGET_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
         for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(vf + j * hd + d, _mm512_setzero_ps());
     }
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    for (int64_t rv = 0; rv < nrv; rv += kScoreVecs) {
-        if (nrv - rv >= kScoreVecs)
-            score_rows<kScoreVecs>(qt, hd, kt, row_kv, n_kv_pad, a.scale, st, st_stride, rv);
-        else
-            score_rows<1>(qt, hd, kt, row_kv, n_kv_pad, a.scale, st, st_stride, rv);
+    for (int64_t rv = 0; rv < nrv; rv += kScoreRowVecs) {
+        const auto scores = nrv - rv >= kScoreRowVecs ? &score_rows<kScoreRowVecs> : &score_rows<1>;
+        scores(qt + rv * hd * 16, hd, kt, row_kv + rv * 16, n_kv_pad, a.scale, st + rv * 16,
+               st_stride);
     }
     for (int64_t rv = 0; rv < nrv; ++rv) {
         // Softmax down each lane: the maximum, exp(s - max) with the sum of
@@ -341,7 +342,7 @@ MINFER_TARGET_AVX2 void value_block_rows(const AttnRows& a, int64_t j0, int64_t 
 }
 
 // Scores of NR 8-row blocks (qt: the first's q^T, the next hd * 8 floats
-// on; lane_kv: their rows' key counts) against keys [j0, j0 + count) (kt:
+// on; row_kv, st: from the first's rows) against keys [j0, j0 + count) (kt:
 // their K, dim-major [hd][kKeyBlock]; count a multiple of kKeysPerStep):
 // st[j][lane] = q_lane . k_j * scale (one FMA chain over d), or -inf for
 // keys at or past the lane's n_kv. Two blocks give 8 independent chains,
@@ -349,7 +350,7 @@ MINFER_TARGET_AVX2 void value_block_rows(const AttnRows& a, int64_t j0, int64_t 
 // score's chain is the same whatever NR is.
 template <int NR>
 MINFER_TARGET_AVX2 void rows_scores_block_avx2(const float* qt, int64_t hd, const float* kt,
-                                               int64_t j0, int64_t count, const __m256i* lane_kv,
+                                               int64_t j0, int64_t count, const int32_t* row_kv,
                                                float scale, float* st, int64_t st_stride) {
     const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < count; j += kKeysPerStep) {
@@ -365,17 +366,19 @@ MINFER_TARGET_AVX2 void rows_scores_block_avx2(const float* qt, int64_t hd, cons
                 for (int r = 0; r < NR; ++r) acc[r][u] = _mm256_fmadd_ps(qd[r], k, acc[r][u]);
             }
         }
-        for (int r = 0; r < NR; ++r)
+        for (int r = 0; r < NR; ++r) {
+            const __m256i lane_kv =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_kv + 8 * r));
             for (int u = 0; u < kKeysPerStep; ++u) {
                 const int64_t key = j0 + j + u;
                 const __m256 live = _mm256_castsi256_ps(
-                    _mm256_cmpgt_epi32(lane_kv[r], _mm256_set1_epi32(static_cast<int32_t>(key))));
+                    _mm256_cmpgt_epi32(lane_kv, _mm256_set1_epi32(static_cast<int32_t>(key))));
                 _mm256_storeu_ps(st + key * st_stride + 8 * r,
                                  _mm256_blendv_ps(ninf, _mm256_mul_ps(acc[r][u], vscale), live));
             }
+        }
     }
 }
-constexpr int kScoreBlocks = 2;
 
 // out[r] (+)= sum_j p[j][r] * v_j over keys [j0, j0 + count) (v[l]: key j0
 // + l's row), R rows x 2 vectors of the head in registers at a time; the
@@ -428,15 +431,11 @@ MINFER_TARGET_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
     for (int64_t j0 = 0; j0 < n_kv_pad; j0 += kKeyBlock) {
         const int64_t n = std::min(kKeyBlock, n_kv_pad - j0);
         const float* kt = key_block_dims(a, j0, n, n_kv_max, buf);
-        for (int64_t rv = 0; rv < nrv; rv += kScoreBlocks) {
-            __m256i lane_kv[kScoreBlocks];
-            const int nb = static_cast<int>(std::min<int64_t>(kScoreBlocks, nrv - rv));
-            for (int b = 0; b < nb; ++b)
-                lane_kv[b] =
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_kv + (rv + b) * 8));
-            const auto scores = nb == kScoreBlocks ? &rows_scores_block_avx2<kScoreBlocks>
-                                                   : &rows_scores_block_avx2<1>;
-            scores(qt + rv * hd * 8, hd, kt, j0, n, lane_kv, a.scale, st + rv * 8, st_stride);
+        for (int64_t rv = 0; rv < nrv; rv += kScoreRowVecs) {
+            const auto scores = nrv - rv >= kScoreRowVecs ? &rows_scores_block_avx2<kScoreRowVecs>
+                                                          : &rows_scores_block_avx2<1>;
+            scores(qt + rv * hd * 8, hd, kt, j0, n, row_kv + rv * 8, a.scale, st + rv * 8,
+                   st_stride);
         }
     }
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
