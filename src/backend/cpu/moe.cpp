@@ -138,10 +138,17 @@ void op_moe_gather(const Node& node, const NodeData& data, ThreadPool&) {
 
 namespace {
 
-// Rows of one dot-product work item: whole 16-row groups, a few cache lines
-// of outputs per token, and a contiguous stretch of weight bytes (~140 KB
-// for Qwen3-30B-A3B's Q8_0 experts) long enough for the prefetchers.
-constexpr int64_t kDotItemRows = 64;
+// Weight bytes of one dot-product work item. Threads claim items in turn,
+// so a thread's items are not adjacent in memory, and a thread streams
+// fastest through long contiguous stretches (the dense matmul gives each
+// thread one stretch for the same reason): an item is long, yet short
+// enough that a decode step's few experts still make several per thread.
+constexpr size_t kDotItemBytes = size_t{512} << 10;
+// Rows of such an item: whole 16-row groups, at least 64 rows.
+int64_t dot_item_rows(size_t row_bytes) {
+    const auto rows = static_cast<int64_t>(kDotItemBytes / std::max<size_t>(row_bytes, 1));
+    return std::max<int64_t>(64, rows / 16 * 16);
+}
 // Below this many activation elements the caller quantizes alone (as the
 // dense matmul does).
 constexpr int64_t kParallelQuantizeMin = 1 << 15;
@@ -194,7 +201,8 @@ void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
         if (group_dot_many != nullptr && n_e <= kGroupDotManyMaxTokens) return Path::Dot;
         return matmul_takes_gemm(*w, n_e, data.batch_invariant) ? Path::Gemm : Path::Dot;
     };
-    auto rows_per_item = [](Path p) { return p == Path::Gemm ? gemm_tile_rows() : kDotItemRows; };
+    const int64_t dot_rows = dot_item_rows(w_row_bytes);
+    auto rows_per_item = [&](Path p) { return p == Path::Gemm ? gemm_tile_rows() : dot_rows; };
     int64_t n_items = 0;
     bool any_dot = false, any_gemm = false;
     for (int64_t e = 0; e < n_expert; ++e) {
