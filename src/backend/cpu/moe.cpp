@@ -147,7 +147,7 @@ constexpr size_t kDotItemBytes = size_t{512} << 10;
 // Rows of such an item: whole 16-row groups, at least 64 rows.
 int64_t dot_item_rows(size_t row_bytes) {
     const auto rows = static_cast<int64_t>(kDotItemBytes / std::max<size_t>(row_bytes, 1));
-    return std::max<int64_t>(64, rows / 16 * 16);
+    return std::max<int64_t>(64, rows / tensor::kInterleaveRows * tensor::kInterleaveRows);
 }
 // Below this many activation elements the caller quantizes alone (as the
 // dense matmul does).
