@@ -170,6 +170,12 @@ MINFER_TARGET_AVX2 inline __m256i srl32(__m256i v, int n) {
 MINFER_TARGET_AVX2 inline __m256i load32(const uint8_t* p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
+// Byte k (0..3) of each 32-bit lane of v, as that lane's int32.
+MINFER_TARGET_AVX2 inline __m256i byte_of_lanes(__m256i v, int k) {
+    const auto at = [k](int l) { return static_cast<int>(0x80808000u | (4 * l + k)); };  // 0x80: 0
+    return _mm256_shuffle_epi8(
+        v, _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(0), at(1), at(2), at(3)));
+}
 
 // Q6_K's quad u (0..3) of a (half, quad) triple, unsigned (0..63): the
 // low (u < 2) or high nibbles of ql (the first ql dword for even u, the
@@ -257,24 +263,30 @@ struct Q4_KGroupSource : GroupBase<16 * sizeof(block_q4_K)> {
         const __m256i m4 = _mm256_set1_epi8(0xF);
         return j % 2 ? _mm256_and_si256(_mm256_srli_epi16(x, 4), m4) : _mm256_and_si256(x, m4);
     }
-    // The 6-bit scale (or min) of group j of super-block sb in each lane,
-    // as q4k_scales_mins unpacks it from the 12 bytes of a row.
-    MINFER_TARGET_AVX2 __m256i six_bits(int i, int64_t sb, int j, bool min) const {
-        const uint8_t* u = block(i, sb) + 64 + 32 * half(i);  // unit n at u + 64 n
-        const __m256i ff = _mm256_set1_epi32(0xFF);
-        if (j < 4)
-            return _mm256_and_si256(srl32(load32(u + (min ? 64 : 0)), 8 * j),
-                                    _mm256_set1_epi32(63));
-        const __m256i lo = _mm256_and_si256(srl32(load32(u + 128), 8 * (j - 4)), ff);
-        const __m256i top = _mm256_and_si256(srl32(load32(u + (min ? 64 : 0)), 8 * (j - 4) + 6),
-                                             _mm256_set1_epi32(3));
-        return _mm256_or_si256(
-            min ? _mm256_srli_epi32(lo, 4) : _mm256_and_si256(lo, _mm256_set1_epi32(0xF)),
-            _mm256_slli_epi32(top, 4));
-    }
     MINFER_TARGET_AVX2 __m256 halves(int i, int64_t sb, int at) const {
         return _mm256_cvtph_ps(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(block(i, sb) + at + 16 * half(i))));
+    }
+    // The 6-bit scales and mins of super-block sb, as q4k_scales_mins unpacks
+    // a row's 12 bytes but 4 groups at once: per lane the bytes of scales
+    // 0..3, of scales 4..7, of mins 0..3 and of mins 4..7.
+    MINFER_TARGET_AVX2 void six_bit_bytes(int i, int64_t sb, __m256i b[4]) const {
+        const uint8_t* u = block(i, sb) + 64 + 32 * half(i);  // unit n at u + 64 n
+        const __m256i u0 = load32(u), u1 = load32(u + 64), u2 = load32(u + 128);
+        const __m256i m6 = _mm256_set1_epi8(63), m4 = _mm256_set1_epi8(0xF),
+                      top = _mm256_set1_epi8(0x30);  // bits 6, 7 of u0 / u1 moved to 4, 5
+        b[0] = _mm256_and_si256(u0, m6);
+        b[1] = _mm256_or_si256(_mm256_and_si256(u2, m4),
+                               _mm256_and_si256(_mm256_srli_epi32(u0, 2), top));
+        b[2] = _mm256_and_si256(u1, m6);
+        b[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi32(u1, 2), top));
+    }
+    // The 6-bit scale (or min) of group j of super-block sb in each lane.
+    MINFER_TARGET_AVX2 __m256i six_bits(int i, int64_t sb, int j, bool min) const {
+        __m256i b[4];
+        six_bit_bytes(i, sb, b);
+        return byte_of_lanes(b[(min ? 2 : 0) + j / 4], j % 4);
     }
     MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
         return _mm256_mul_ps(halves(i, g / 8, 0), _mm256_cvtepi32_ps(six_bits(
@@ -302,15 +314,20 @@ struct Q6_KGroupSource : GroupBase<16 * sizeof(block_q6_K)> {
             q6_K_quad(load32(u3 + 64 * (u % 2)), load32(u3 + 128), static_cast<int>(u)),
             _mm256_set1_epi8(32));
     }
-    MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
+    // Group g's int8 scale (sc) and super-block sb's d of each row.
+    MINFER_TARGET_AVX2 __m256i sc(int i, int64_t g) const {
         const int64_t sb = g / 16, j = g % 16;
         const __m256i u = _mm256_loadu_si256(
             reinterpret_cast<const __m256i*>(block(i, sb) + 3072 + 64 * (j / 4) + 32 * half(i)));
-        const __m256i sc = _mm256_srai_epi32(
+        return _mm256_srai_epi32(
             _mm256_sll_epi32(u, _mm_cvtsi32_si128(static_cast<int>(24 - 8 * (j % 4)))), 24);
-        const __m256 d = _mm256_cvtph_ps(
+    }
+    MINFER_TARGET_AVX2 __m256 d(int i, int64_t sb) const {
+        return _mm256_cvtph_ps(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(block(i, sb) + 3328 + 16 * half(i))));
-        return _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+    }
+    MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
+        return _mm256_mul_ps(d(i, g / 16), _mm256_cvtepi32_ps(sc(i, g)));
     }
     MINFER_TARGET_AVX2 __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
 };
@@ -412,57 +429,82 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
 
 #ifdef MINFER_GEMM_AVX2
 namespace {
-// Q6_K's decode kernel by hand: the source's quad() unpacks each quad from
-// its three loads alone, four times the loads and shifts of taking the four
-// quads of a (half, quad) triple at once, as here (and as the AVX-512
-// kernel). Per 16-element group the exact sum of (q - 32) * a
-// (unsigned q against signed a, less 32 * the group's activation sum), then
-// micro_k's float steps in group order: bitwise the GEMM's.
+// Q6_K's decode kernel by hand: groups in order (j = 8h + 2u + kh for half
+// h, quad column u, quad row half kh), both panels at once so that each
+// activation quad is broadcast once, and every address fixed per
+// super-block. A quad is unsigned (0..63: the low or high nibbles of ql
+// with its two qh bits moved to bits 4, 5), so two quads' int16 pair sums
+// (each at most 2 * 63 * 128) add before vpmaddwd widens them. Per group
+// the exact sum of (q - 32) * a (q * a less 32 times the group's
+// activation sum), then micro_k's float steps in group order: bitwise the
+// GEMM's.
 MINFER_TARGET_AVX2 void group_dot_q6_K(int64_t n, const void* group, const void* va, float* out) {
     const auto* y = static_cast<const block_q8_K*>(va);
     const Q6_KGroupSource src{{static_cast<const uint8_t*>(group), 0}};
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF),
+                  bits45 = _mm256_set1_epi8(0x30);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t sb = 0; sb < n / QK_K; ++sb) {
         const uint8_t* blk = src.block(0, sb);
         src.prefetch_block(0, sb);
-        __m256i gs[2][16];  // [panel][group]
+        const __m256 d[2] = {src.d(0, sb), src.d(1, sb)};
+        __m256 b[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+#pragma GCC unroll 2
         for (int h = 0; h < 2; ++h)
-            for (int kh = 0; kh < 2; ++kh) {
-                // groups 8h + 2u + kh (u = 0..3), each over quads kk = 4kh .. 4kh + 3
-                __m256i g[2][4];
-                for (int kq = 0; kq < 4; ++kq) {
-                    const int kk = 4 * kh + kq;
-                    __m256i a[4];
-                    for (int u = 0; u < 4; ++u) {
-                        int32_t a4;
-                        std::memcpy(&a4, y[sb].qs + 128 * h + 32 * u + 4 * kk, 4);
-                        a[u] = _mm256_set1_epi32(a4);
-                    }
-                    for (int p = 0; p < 2; ++p) {
-                        const uint8_t* u3 = blk + 192 * (8 * h + kk) + 32 * p;
-                        const __m256i la = load32(u3), lb = load32(u3 + 64), hb = load32(u3 + 128);
-                        for (int u = 0; u < 4; ++u) {
-                            // pair sums of q (<= 63) x a: at most 2 * 63 * 128
-                            const __m256i q = q6_K_quad(u % 2 ? lb : la, hb, u);
-                            const __m256i w =
-                                _mm256_madd_epi16(_mm256_maddubs_epi16(q, a[u]), ones);
-                            g[p][u] = kq == 0 ? w : _mm256_add_epi32(g[p][u], w);
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; ++u)
+#pragma GCC unroll 2
+                for (int kh = 0; kh < 2; ++kh) {
+                    const int j = 8 * h + 2 * u + kh;
+                    __m256i isum[2];  // per panel
+#pragma GCC unroll 2
+                    for (int kq2 = 0; kq2 < 2; ++kq2) {
+                        __m256i pairs[2];
+#pragma GCC unroll 2
+                        for (int kq = 0; kq < 2; ++kq) {
+                            const int kk = 4 * kh + 2 * kq2 + kq;
+                            int32_t a4;
+                            std::memcpy(&a4, y[sb].qs + 128 * h + 32 * u + 4 * kk, 4);
+                            const __m256i a = _mm256_set1_epi32(a4);
+#pragma GCC unroll 2
+                            for (int p = 0; p < 2; ++p) {
+                                // the (half, quad) triple: ql dwords, then qh
+                                const uint8_t* u3 = blk + 192 * (8 * h + kk) + 32 * p;
+                                const __m256i ql = load32(u3 + 64 * (u % 2)), qh = load32(u3 + 128);
+                                const __m256i lo =
+                                    _mm256_and_si256(u < 2 ? ql : _mm256_srli_epi16(ql, 4), m4);
+                                // qh bits 2u, 2u + 1 of each byte to bits 4, 5
+                                const __m256i hi =
+                                    _mm256_and_si256(u == 0   ? _mm256_slli_epi16(qh, 4)
+                                                     : u == 1 ? _mm256_slli_epi16(qh, 2)
+                                                     : u == 2 ? qh
+                                                              : _mm256_srli_epi16(qh, 2),
+                                                     bits45);
+                                const __m256i prod =
+                                    _mm256_maddubs_epi16(_mm256_or_si256(lo, hi), a);
+                                pairs[p] = kq == 0 ? prod : _mm256_add_epi16(pairs[p], prod);
+                            }
+                        }
+#pragma GCC unroll 2
+                        for (int p = 0; p < 2; ++p) {
+                            const __m256i w = _mm256_madd_epi16(pairs[p], ones);
+                            isum[p] = kq2 == 0 ? w : _mm256_add_epi32(isum[p], w);
+                            // keeps each sum a chain: GCC would otherwise
+                            // reassociate the unrolled sums into trees and
+                            // spill the products
+                            asm("" : "+x"(isum[p]));
                         }
                     }
-                }
-                for (int u = 0; u < 4; ++u) {
-                    const int j = 8 * h + 2 * u + kh;
                     const __m256i off = _mm256_set1_epi32(32 * y[sb].bsums[j]);
-                    for (int p = 0; p < 2; ++p) gs[p][j] = _mm256_sub_epi32(g[p][u], off);
+#pragma GCC unroll 2
+                    for (int p = 0; p < 2; ++p) {
+                        const __m256 scale =  // src.scale, with d read once per super-block
+                            _mm256_mul_ps(d[p], _mm256_cvtepi32_ps(src.sc(p, 16 * sb + j)));
+                        b[p] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[p], off)),
+                                               scale, b[p]);
+                    }
                 }
-            }
-        for (int p = 0; p < 2; ++p) {
-            __m256 b = _mm256_setzero_ps();
-            for (int j = 0; j < 16; ++j)
-                b = _mm256_fmadd_ps(_mm256_cvtepi32_ps(gs[p][j]), src.scale(p, 16 * sb + j), b);
-            acc[p] = _mm256_fmadd_ps(b, _mm256_set1_ps(y[sb].d), acc[p]);
-        }
+        for (int p = 0; p < 2; ++p) acc[p] = _mm256_fmadd_ps(b[p], _mm256_set1_ps(y[sb].d), acc[p]);
     }
     _mm256_storeu_ps(out, acc[0]);
     _mm256_storeu_ps(out + 8, acc[1]);
