@@ -163,12 +163,14 @@ Src from_panel(Src s, int i) {
     return s;
 }
 
-// The 32-bit lanes of v shifted right by n (a run-time count).
-MINFER_TARGET_AVX2 inline __m256i srl32(__m256i v, int n) {
-    return _mm256_srl_epi32(v, _mm_cvtsi32_si128(n));
-}
 MINFER_TARGET_AVX2 inline __m256i load32(const uint8_t* p) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+// Hands v through an empty asm, so that GCC cannot reassociate an unrolled
+// chain of integer adds into a tree: the tree's partial sums outnumber the
+// 16 ymm registers and spill (the decode kernels' int16 and int32 sums).
+MINFER_TARGET_AVX2 inline void keep_chain(__m256i& v) {
+    asm("" : "+x"(v));
 }
 // Byte k (0..3) of each 32-bit lane of v, as that lane's int32.
 MINFER_TARGET_AVX2 inline __m256i byte_of_lanes(__m256i v, int k) {
@@ -181,11 +183,14 @@ MINFER_TARGET_AVX2 inline __m256i byte_of_lanes(__m256i v, int k) {
 // low (u < 2) or high nibbles of ql (the first ql dword for even u, the
 // second for odd), with qh bits 2u, 2u + 1 on top.
 MINFER_TARGET_AVX2 inline __m256i q6_K_quad(__m256i ql, __m256i qh, int u) {
-    const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i lo =
-        u < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-    const __m256i hi =
-        _mm256_slli_epi32(_mm256_and_si256(srl32(qh, 2 * u), _mm256_set1_epi8(3)), 4);
+        _mm256_and_si256(u < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0xF));
+    // qh bits 2u, 2u + 1 of each byte to bits 4, 5: one shift, one mask
+    const __m256i hi = _mm256_and_si256(u == 0   ? _mm256_slli_epi16(qh, 4)
+                                        : u == 1 ? _mm256_slli_epi16(qh, 2)
+                                        : u == 2 ? qh
+                                                 : _mm256_srli_epi16(qh, 2),
+                                        _mm256_set1_epi8(0x30));
     return _mm256_or_si256(lo, hi);
 }
 
@@ -432,17 +437,15 @@ namespace {
 // Q6_K's decode kernel by hand: groups in order (j = 8h + 2u + kh for half
 // h, quad column u, quad row half kh), both panels at once so that each
 // activation quad is broadcast once, and every address fixed per
-// super-block. A quad is unsigned (0..63: the low or high nibbles of ql
-// with its two qh bits moved to bits 4, 5), so two quads' int16 pair sums
-// (each at most 2 * 63 * 128) add before vpmaddwd widens them. Per group
-// the exact sum of (q - 32) * a (q * a less 32 times the group's
-// activation sum), then micro_k's float steps in group order: bitwise the
-// GEMM's.
+// super-block. A quad is unsigned (0..63: q6_K_quad), so two quads'
+// int16 pair sums (each at most 2 * 63 * 128) add before vpmaddwd widens
+// them. Per group the exact sum of (q - 32) * a (q * a less 32 times the
+// group's activation sum), then micro_k's float steps in group order:
+// bitwise the GEMM's.
 MINFER_TARGET_AVX2 void group_dot_q6_K(int64_t n, const void* group, const void* va, float* out) {
     const auto* y = static_cast<const block_q8_K*>(va);
     const Q6_KGroupSource src{{static_cast<const uint8_t*>(group), 0}};
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF),
-                  bits45 = _mm256_set1_epi8(0x30);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t sb = 0; sb < n / QK_K; ++sb) {
         const uint8_t* blk = src.block(0, sb);
@@ -470,18 +473,8 @@ MINFER_TARGET_AVX2 void group_dot_q6_K(int64_t n, const void* group, const void*
                             for (int p = 0; p < 2; ++p) {
                                 // the (half, quad) triple: ql dwords, then qh
                                 const uint8_t* u3 = blk + 192 * (8 * h + kk) + 32 * p;
-                                const __m256i ql = load32(u3 + 64 * (u % 2)), qh = load32(u3 + 128);
-                                const __m256i lo =
-                                    _mm256_and_si256(u < 2 ? ql : _mm256_srli_epi16(ql, 4), m4);
-                                // qh bits 2u, 2u + 1 of each byte to bits 4, 5
-                                const __m256i hi =
-                                    _mm256_and_si256(u == 0   ? _mm256_slli_epi16(qh, 4)
-                                                     : u == 1 ? _mm256_slli_epi16(qh, 2)
-                                                     : u == 2 ? qh
-                                                              : _mm256_srli_epi16(qh, 2),
-                                                     bits45);
-                                const __m256i prod =
-                                    _mm256_maddubs_epi16(_mm256_or_si256(lo, hi), a);
+                                const __m256i prod = _mm256_maddubs_epi16(
+                                    q6_K_quad(load32(u3 + 64 * (u % 2)), load32(u3 + 128), u), a);
                                 pairs[p] = kq == 0 ? prod : _mm256_add_epi16(pairs[p], prod);
                             }
                         }
@@ -489,10 +482,7 @@ MINFER_TARGET_AVX2 void group_dot_q6_K(int64_t n, const void* group, const void*
                         for (int p = 0; p < 2; ++p) {
                             const __m256i w = _mm256_madd_epi16(pairs[p], ones);
                             isum[p] = kq2 == 0 ? w : _mm256_add_epi32(isum[p], w);
-                            // keeps each sum a chain: GCC would otherwise
-                            // reassociate the unrolled sums into trees and
-                            // spill the products
-                            asm("" : "+x"(isum[p]));
+                            keep_chain(isum[p]);
                         }
                     }
                     const __m256i off = _mm256_set1_epi32(32 * y[sb].bsums[j]);
