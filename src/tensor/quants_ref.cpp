@@ -38,6 +38,19 @@ inline SignedAbsMax signed_absmax(const float* x, int64_t n) {
     return r;
 }
 
+// The smallest and largest of n values (the asymmetric types' range).
+struct MinMax {
+    float min, max;
+};
+inline MinMax min_max(const float* x, int64_t n) {
+    MinMax r{FLT_MAX, -FLT_MAX};
+    for (int64_t i = 0; i < n; ++i) {
+        if (x[i] < r.min) r.min = x[i];
+        if (x[i] > r.max) r.max = x[i];
+    }
+    return r;
+}
+
 // Symmetric quantization of n values to [-nmax, nmax-1] (stored + nmax in L).
 // rmse_type 1: weights x^2 (or qw), then a search over 18 nearby scales for
 // the one minimizing the weighted squared error. Returns the scale.
@@ -283,12 +296,7 @@ void quantize_q4_1(const float* x, block_q4_1* y, int64_t n) {
     constexpr int qk = QK4_1;
     const int64_t nb = n / qk;
     for (int64_t i = 0; i < nb; ++i) {
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < qk; ++j) {
-            const float v = x[i * qk + j];
-            if (v < min) min = v;
-            if (v > max) max = v;
-        }
+        const auto [min, max] = min_max(x + i * qk, qk);
         const float d = (max - min) / ((1 << 4) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = fp32_to_fp16(d);
@@ -329,12 +337,7 @@ void quantize_q5_1(const float* x, block_q5_1* y, int64_t n) {
     constexpr int qk = QK5_1;
     const int64_t nb = n / qk;
     for (int64_t i = 0; i < nb; ++i) {
-        float min = FLT_MAX, max = -FLT_MAX;
-        for (int j = 0; j < qk; ++j) {
-            const float v = x[i * qk + j];
-            if (v < min) min = v;
-            if (v > max) max = v;
-        }
+        const auto [min, max] = min_max(x + i * qk, qk);
         const float d = (max - min) / ((1 << 5) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = fp32_to_fp16(d);

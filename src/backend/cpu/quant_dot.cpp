@@ -118,14 +118,16 @@ MINFER_INLINE void unpack_q2k(const block_q2_K& b, int8_t* a) {
         q += 32;
     }
 }
-MINFER_INLINE void unpack_q4k(const block_q4_K& b, int8_t* a) {
+// unpack_k4: Q4_K and Q5_K to int8 (the mins kept apart), overloaded so
+// that dot_k4_body serves both.
+MINFER_INLINE void unpack_k4(const block_q4_K& b, int8_t* a) {
     for (int j = 0; j < 4; ++j) {
         const uint8_t* q = b.qs + 32 * j;
         for (int l = 0; l < 32; ++l) a[64 * j + l] = static_cast<int8_t>(q[l] & 0xF);
         for (int l = 0; l < 32; ++l) a[64 * j + 32 + l] = static_cast<int8_t>(q[l] >> 4);
     }
 }
-MINFER_INLINE void unpack_q5k(const block_q5_K& b, int8_t* a) {
+MINFER_INLINE void unpack_k4(const block_q5_K& b, int8_t* a) {
     for (int j = 0; j < 4; ++j) {
         const uint8_t* q = b.qs + 32 * j;
         const uint8_t m1 = static_cast<uint8_t>(1u << (2 * j)),
@@ -315,29 +317,24 @@ MINFER_INLINE float dot_k4_superblock(const Block& x, const block_q8_K& y, const
     return d * static_cast<float>(isum) - dmin * static_cast<float>(summ);
 }
 
-MINFER_INLINE float dot_q4_K_body(int64_t n, const void* vw, const void* va) {
-    const auto* x = static_cast<const block_q4_K*>(vw);
+template <typename Block>
+MINFER_INLINE float dot_k4_body(int64_t n, const void* vw, const void* va) {
+    const auto* x = static_cast<const Block*>(vw);
     const auto* y = static_cast<const block_q8_K*>(va);
     float sumf = 0;
     for (int64_t i = 0; i < n / QK_K; ++i) {
         int8_t a[QK_K];
-        unpack_q4k(x[i], a);
+        unpack_k4(x[i], a);
         sumf += dot_k4_superblock(x[i], y[i], a);
     }
     return sumf;
 }
+MINFER_INLINE float dot_q4_K_body(int64_t n, const void* vw, const void* va) {
+    return dot_k4_body<block_q4_K>(n, vw, va);
+}
 MINFER_LEVEL_VARIANTS(float, dot_q4_K, (int64_t n, const void* vw, const void* va), (n, vw, va))
-
 MINFER_INLINE float dot_q5_K_body(int64_t n, const void* vw, const void* va) {
-    const auto* x = static_cast<const block_q5_K*>(vw);
-    const auto* y = static_cast<const block_q8_K*>(va);
-    float sumf = 0;
-    for (int64_t i = 0; i < n / QK_K; ++i) {
-        int8_t a[QK_K];
-        unpack_q5k(x[i], a);
-        sumf += dot_k4_superblock(x[i], y[i], a);
-    }
-    return sumf;
+    return dot_k4_body<block_q5_K>(n, vw, va);
 }
 MINFER_LEVEL_VARIANTS(float, dot_q5_K, (int64_t n, const void* vw, const void* va), (n, vw, va))
 
