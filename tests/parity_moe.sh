@@ -2,7 +2,8 @@
 # Parity of the MoE architectures with llama.cpp: the qwen3moe-mini and
 # qwen2moe-mini files (../shared/tools/synth_model.py, seeded and
 # deterministic) at F32, Q8_0 and Q4_K_M (minfer quantize of the F32 file,
-# which gives llama-quantize's types and bits), their logits against
+# which gives llama-quantize's types and bits) and one block of the real
+# qwen3-30b-a3b shape at Q8_0, their logits against
 # llama.cpp's in tests/ref/moe (README there), whole prompt and passes of 64
 # tokens; the greedy text of llama-completion where a folder has
 # greedy_text.json, the perplexity of llama-perplexity (within 0.5 %) where
@@ -36,6 +37,12 @@ for p in qwen3moe-mini qwen2moe-mini; do
   [ -f "$models/$p-q4_k_m.gguf" ] ||
     "$minfer" quantize "$models/$p-f32.gguf" "$models/$p-q4_k_m.gguf" Q4_K_M 2>/dev/null
 done
+# The real-shape file: the first block of qwen3-30b-a3b (2048 wide, 128
+# experts of 768, 8 chosen, Qwen's whole vocabulary, untied output), 1.3 GB.
+real=qwen3-30b-a3b-1l-q8_0
+[ -f "$models/$real.gguf" ] ||
+  $py "$shared/tools/synth_model.py" --preset qwen3-30b-a3b --n-layer 1 --ftype q8_0 \
+    -o "$models/$real.gguf" >/dev/null
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # The stored references keep the last 2 of the 8 last rows, in f16 (the
