@@ -3,6 +3,7 @@
 // against a straightforward scalar reference written here (double accumulation), with the tolerance
 // of each comparison argued next to it. Weights are random bytes with sane block scales, so every
 // bit pattern of the quant fields is exercised.
+#include "backend/cpu/kernel_table.h"
 #include "isa_levels.h"
 #include "kernel_test_data.h"
 
@@ -348,7 +349,8 @@ TEST(CpuMatMul, GemmRowOfATokenIsBitwiseTheSameInAnyBatch) {
 // bounded by the sum of |products| (the bound of the matmul tests above).
 // A token's outputs are also bitwise the same in every batch, and on ARM64
 // bitwise the same at every level (gemm_neon.h: one float step for all), on
-// x86-64 with AVX-VNNI and without.
+// x86-64 with AVX-VNNI and without, and there bitwise the scalar level's
+// dot of the row (quant_dot.h).
 TEST(CpuGemm, OddTokenAndRowCountsMatchDoubleReference) {
     for (const int64_t K : {256, 768}) {
         for (DType t :
@@ -366,6 +368,7 @@ TEST(CpuGemm, OddTokenAndRowCountsMatchDoubleReference) {
                 dequantize_row(at, qrows[size_t(tok)].data(), ad[size_t(tok)].data(), K);
             }
             std::vector<float> first_level;  // the 17-token outputs at the first GEMM level
+            const cpu::VecDotFn scalar_dot = cpu::vec_dot_at(cpu::IsaLevel::Scalar, t);
             minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
                 if (!cpu::gemm_supported(t, K)) {
 #if defined(__x86_64__) || defined(__aarch64__)
@@ -410,6 +413,14 @@ TEST(CpuGemm, OddTokenAndRowCountsMatchDoubleReference) {
                             const float got = out[size_t(tok * M + m)];
                             ASSERT_NEAR(got, ref, (K / 16 + 8) * std::ldexp(mag, -24) + 1e-7)
                                 << "t=" << tok << " m=" << m;
+#if defined(__x86_64__)
+                            // the scalar level's dot takes the x86 GEMMs'
+                            // float steps (quant_dot.h): the same bits
+                            const float s = scalar_dot(K, w.view.row(m), qrows[size_t(tok)].data());
+                            ASSERT_EQ(0, std::memcmp(&got, &s, 4))
+                                << "t=" << tok << " m=" << m << ": " << got
+                                << " vs the scalar level's " << s;
+#endif
                             if (n == kMaxTokens) continue;
                             // the same token in the 17-token batch: the same bits
                             ASSERT_EQ(0, std::memcmp(&got, &all[size_t(tok * M + m)], 4))

@@ -79,6 +79,25 @@ MINFER_INLINE int32_t dot_i8(const int8_t* __restrict a, const int8_t* __restric
     return s;
 }
 
+// The float steps of the portable dots of the types the prompt GEMMs take
+// (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K). On x86-64, those of its GEMMs and
+// group kernels (gemm_step_block and the K-quant bodies below): the scalar
+// level gives a row the bits the AVX2 and AVX-512 levels give it in their
+// GEMMs and on regrouped weights. On ARM64, ggml's, which its NEON dots
+// take too (test_isa_levels.cpp holds them to the portable dots' bits).
+#if defined(__x86_64__)
+inline constexpr bool kGemmSteps = true;
+#else
+inline constexpr bool kGemmSteps = false;
+#endif
+
+// One 32-element block (Q4_0, Q5_0, Q8_0) added to acc in the x86 GEMMs'
+// steps: cvt(sum) times the weight scale, times the activation scale by
+// one FMA.
+MINFER_INLINE float gemm_step_block(int32_t sum, float dw, float da, float acc) {
+    return std::fma(static_cast<float>(sum) * dw, da, acc);
+}
+
 // The 16 signed 6-bit scales of a Q3_K block, minus 32.
 MINFER_INLINE void q3k_scales(const uint8_t* packed, int8_t* out) {
     uint32_t aux[4];
@@ -167,7 +186,10 @@ MINFER_INLINE float dot_q4_0_body(int64_t n, const void* vw, const void* va) {
             v[j + 16] = static_cast<int8_t>((x[ib].qs[j] >> 4) - 8);
         }
         const int sumi = dot_i8<32>(v, y[ib].qs);
-        sumf += static_cast<float>(sumi) * h2f(x[ib].d) * h2f(y[ib].d);
+        if constexpr (kGemmSteps)
+            sumf = gemm_step_block(sumi, h2f(x[ib].d), h2f(y[ib].d), sumf);
+        else
+            sumf += static_cast<float>(sumi) * h2f(x[ib].d) * h2f(y[ib].d);
     }
     return sumf;
 }
@@ -206,7 +228,10 @@ MINFER_INLINE float dot_q5_0_body(int64_t n, const void* vw, const void* va) {
             v[j + 16] = static_cast<int8_t>(((x[ib].qs[j] >> 4) | xh1) - 16);
         }
         const int sumi = dot_i8<32>(v, y[ib].qs);
-        sumf += (h2f(x[ib].d) * h2f(y[ib].d)) * static_cast<float>(sumi);
+        if constexpr (kGemmSteps)
+            sumf = gemm_step_block(sumi, h2f(x[ib].d), h2f(y[ib].d), sumf);
+        else
+            sumf += (h2f(x[ib].d) * h2f(y[ib].d)) * static_cast<float>(sumi);
     }
     return sumf;
 }
@@ -240,7 +265,10 @@ MINFER_INLINE float dot_q8_0_body(int64_t n, const void* vw, const void* va) {
     float sumf = 0;
     for (int64_t ib = 0; ib < n / QK8_0; ++ib) {
         const int sumi = dot_i8<32>(x[ib].qs, y[ib].qs);
-        sumf += static_cast<float>(sumi) * (h2f(x[ib].d) * h2f(y[ib].d));
+        if constexpr (kGemmSteps)
+            sumf = gemm_step_block(sumi, h2f(x[ib].d), h2f(y[ib].d), sumf);
+        else
+            sumf += static_cast<float>(sumi) * (h2f(x[ib].d) * h2f(y[ib].d));
     }
     return sumf;
 }
@@ -303,8 +331,26 @@ MINFER_LEVEL_VARIANTS(float, dot_q3_K, (int64_t n, const void* vw, const void* v
 // Q4_K and Q5_K share the super-block arithmetic once unpacked to int8:
 // 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min (the min
 // times the activations' sums, from Q8_K's bsums).
+// x86 steps (kGemmSteps), sub-block by sub-block: cvt(sum) times d *
+// scale, then -(dmin * min) times the activations' sum, into a super-block
+// sum that the caller multiplies by the activation scale once.
 template <typename Block>
-MINFER_INLINE float dot_k4_superblock(const Block& x, const block_q8_K& y, const int8_t* a) {
+MINFER_INLINE float k4_superblock_gemm_steps(const Block& x, const block_q8_K& y, const int8_t* a) {
+    const float d = h2f(x.d), dmin = h2f(x.dmin);
+    float sum = 0;
+    for (int j = 0; j < 8; ++j) {
+        uint8_t sc, m;
+        get_scale_min_k4(j, x.scales, &sc, &m);
+        const int isum = dot_i8<32>(a + 32 * j, y.qs + 32 * j);
+        const float o = 0.0f - dmin * static_cast<float>(m);
+        sum = std::fma(static_cast<float>(isum), d * static_cast<float>(sc), sum);
+        sum = std::fma(o, static_cast<float>(y.bsums[2 * j] + y.bsums[2 * j + 1]), sum);
+    }
+    return sum;
+}
+// ggml's steps: the scales and mins summed in integers, then two products.
+template <typename Block>
+MINFER_INLINE float k4_superblock_ggml(const Block& x, const block_q8_K& y, const int8_t* a) {
     int isum = 0, summ = 0;
     for (int j = 0; j < 8; ++j) {
         uint8_t sc, m;
@@ -325,7 +371,10 @@ MINFER_INLINE float dot_k4_body(int64_t n, const void* vw, const void* va) {
     for (int64_t i = 0; i < n / QK_K; ++i) {
         int8_t a[QK_K];
         unpack_k4(x[i], a);
-        sumf += dot_k4_superblock(x[i], y[i], a);
+        if constexpr (kGemmSteps)
+            sumf = std::fma(k4_superblock_gemm_steps(x[i], y[i], a), y[i].d, sumf);
+        else
+            sumf += k4_superblock_ggml(x[i], y[i], a);
     }
     return sumf;
 }
@@ -345,10 +394,21 @@ MINFER_INLINE float dot_q6_K_body(int64_t n, const void* vw, const void* va) {
     for (int64_t i = 0; i < n / QK_K; ++i) {
         int8_t a[QK_K];
         unpack_q6k(x[i], a);
-        int isum = 0;
-        for (int j = 0; j < 16; ++j)
-            isum += x[i].scales[j] * dot_i8<16>(a + 16 * j, y[i].qs + 16 * j);
-        sumf += h2f(x[i].d) * y[i].d * static_cast<float>(isum);
+        if constexpr (kGemmSteps) {
+            // group by group, cvt(sum) times d * scale, into a super-block
+            // sum times the activation scale
+            const float d = h2f(x[i].d);
+            float sum = 0;
+            for (int j = 0; j < 16; ++j)
+                sum = std::fma(static_cast<float>(dot_i8<16>(a + 16 * j, y[i].qs + 16 * j)),
+                               d * static_cast<float>(x[i].scales[j]), sum);
+            sumf = std::fma(sum, y[i].d, sumf);
+        } else {
+            int isum = 0;
+            for (int j = 0; j < 16; ++j)
+                isum += x[i].scales[j] * dot_i8<16>(a + 16 * j, y[i].qs + 16 * j);
+            sumf += h2f(x[i].d) * y[i].d * static_cast<float>(isum);
+        }
     }
     return sumf;
 }

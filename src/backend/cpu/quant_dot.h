@@ -2,7 +2,11 @@
 // quantize_row_q8_0 / q8_1 / q8_K on x86), row dequantizers (GetRows) and
 // the dot products of a weight row with an activation row in the weight's
 // vec_dot_type — ggml's integer arithmetic: int8 products summed in int32
-// per (sub-)block, then scaled by the block scales in float.
+// per (sub-)block, then scaled by the block scales in float. On x86-64,
+// for the types its GEMMs take (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K), the
+// portable dots take those GEMMs' float steps, which the group kernels
+// share: the scalar level gives a row the bits the AVX2 and AVX-512 levels
+// give it there.
 #pragma once
 
 #include <cstddef>
