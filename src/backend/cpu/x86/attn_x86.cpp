@@ -15,29 +15,47 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include "backend/cpu/simd_exp.h"
+#include "backend/cpu/x86/transpose_avx2.h"
 
 namespace minfer::cpu {
 namespace {
+
+// x rounded through f16, 8 lanes: q (what ggml's f16 vec_dot sees) and,
+// for an f16 V, the probabilities (as ggml).
+MINFER_TARGET_AVX2 inline __m256 round_f16_8(__m256 x) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 
 // The query rows of one many-rows call, transposed for the SIMD kernels:
 // qt [n_rows_pad / lanes][hd][lanes], row r = (token r / group, head r %
 // group), rounded through f16 for an f16 cache (as ggml), padding rows zero;
 // row_kv [n_rows_pad] each row's key count (padding rows see key 0 only: a
 // finite softmax, never stored). Shared by the AVX-512 (16 lanes) and AVX2
-// (8 lanes) kernels.
+// (8 lanes) kernels. Rows go 8 at a time through an 8 x 8 transpose, 8
+// dims per step (n_rows_pad is whole vectors of lanes, hd a multiple of 16:
+// attn_simd_supported).
 MINFER_TARGET_AVX2 void transpose_q_rows(const AttnRows& a, int64_t lanes, int64_t n_rows_pad,
                                          float* qt, int32_t* row_kv) {
     const int64_t hd = a.hd, rows = a.n_tokens * a.group;
-    for (int64_t r = 0; r < n_rows_pad; ++r) {
-        row_kv[r] = r < rows ? a.n_kv[r / a.group] : 1;
-        for (int64_t d = 0; d < hd; ++d) {
-            float x = 0.0f;
-            if (r < rows) {
-                x = a.q[(r / a.group) * a.q_stride + (r % a.group) * hd + d];
-                if (a.f16)
-                    x = _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    MINFER_ASSERT(n_rows_pad % lanes == 0 && lanes % 8 == 0 && hd % 8 == 0);
+    for (int64_t r = 0; r < n_rows_pad; ++r) row_kv[r] = r < rows ? a.n_kv[r / a.group] : 1;
+    for (int64_t r0 = 0; r0 < n_rows_pad; r0 += 8) {
+        const float* src[8];
+        for (int i = 0; i < 8; ++i) {
+            const int64_t r = r0 + i;
+            src[i] = r < rows ? a.q + (r / a.group) * a.q_stride + (r % a.group) * hd : nullptr;
+        }
+        float* dst = qt + (r0 / lanes) * hd * lanes + r0 % lanes;
+        for (int64_t d = 0; d < hd; d += 8) {
+            __m256i v[8];
+            for (int i = 0; i < 8; ++i) {
+                __m256 x = src[i] ? _mm256_loadu_ps(src[i] + d) : _mm256_setzero_ps();
+                if (a.f16) x = round_f16_8(x);
+                v[i] = _mm256_castps_si256(x);
             }
-            qt[((r / lanes) * hd + d) * lanes + r % lanes] = x;
+            simd::transpose8x8(v);
+            for (int i = 0; i < 8; ++i)
+                _mm256_storeu_ps(dst + (d + i) * lanes, _mm256_castsi256_ps(v[i]));
         }
     }
 }
@@ -266,10 +284,6 @@ MINFER_TARGET_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
 // Same split and arithmetic contract as the AVX-512 pair above: q (and with
 // an f16 cache the probabilities) rounded through f16 as ggml; the softmax
 // sums each 16 exponentials in float, then in double.
-
-MINFER_TARGET_AVX2 inline __m256 round_f16_8(__m256 x) {
-    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
 
 // Bytes of one cache element (f16 or f32).
 inline int64_t kv_elem_bytes(const AttnRows& a) {
