@@ -40,6 +40,7 @@ int cmd_bench(int argc, char** argv, int first) {
     int64_t n_prompt = 512, n_gen = 128, n_depth = 0;
     int reps = 5;
     std::string output = "md";
+    bool roofline = false;
     report::ObserveFlags observe;
     EngineFlags eng;
     ArgParser p("minfer bench", "Prompt-processing and generation throughput, as llama-bench.");
@@ -50,6 +51,10 @@ int cmd_bench(int argc, char** argv, int first) {
              "tokens already in the cache before each test (filled once, untimed)");
     p.option({"-r", "--repetitions"}, &reps, "N", "timed repetitions per test (after one warm-up)");
     p.option({"-o", "--output"}, &output, "FMT", "md (a markdown table) or json");
+    p.flag({"--roofline"}, &roofline,
+           "tgN: also read up to 1 GiB of the weights with the same threads before the first "
+           "repetition and after each one, and give each repetition's GB/s as a share of the "
+           "larger read rate around it");
     observe.add_to(p);
     eng.add_to(p, /*with_ctx=*/false);
     p.epilog(
@@ -68,6 +73,7 @@ int cmd_bench(int argc, char** argv, int first) {
     bp.n_gen = n_gen;
     bp.n_depth = n_depth;
     bp.reps = reps;
+    bp.roofline = roofline;
     bp.session = eng.session_options();
     if (bp.session.n_threads <= 0) bp.session.n_threads = ThreadPool::physical_cores();
     bp.on_start = [&](runtime::Session& s) { observe.attach(s); };
@@ -97,6 +103,10 @@ int cmd_bench(int argc, char** argv, int first) {
                            {"samples_ts", r.samples_ts},
                            {"gbps", r.gbps},
                            {"gops", r.gops}});
+            if (!r.read_gbps.empty()) {
+                arr.back()["samples_gbps"] = r.samples_gbps;
+                arr.back()["read_gbps"] = r.read_gbps;
+            }
         }
         std::printf("%s\n", arr.dump(2).c_str());
         return 0;
@@ -117,6 +127,14 @@ int cmd_bench(int argc, char** argv, int first) {
         // "±" is two bytes in UTF-8: widen the field by one so columns line up.
         std::printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s | %8s |\n", desc.c_str(),
                     size, prm, "CPU", bp.session.n_threads, r.test.c_str(), ts, rate);
+    }
+    for (const auto& r : results) {
+        if (r.read_gbps.empty()) continue;
+        std::printf("\n%s, weights read per repetition (decode GB/s / streaming read GB/s):\n",
+                    r.test.c_str());
+        for (size_t i = 0; i < r.read_gbps.size(); ++i)
+            std::printf("  %zu: %.1f / %.1f = %.0f %%\n", i + 1, r.samples_gbps[i], r.read_gbps[i],
+                        100.0 * r.samples_gbps[i] / r.read_gbps[i]);
     }
     return 0;
 }

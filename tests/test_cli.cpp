@@ -253,6 +253,32 @@ TEST(Cli, BenchAtDepthReportsTheDepthOfEveryTest) {
     EXPECT_TRUE(has(bad.err, "-d")) << bad.err;
 }
 
+// --roofline: each tg repetition's weight bytes per second beside the
+// streaming read of the weights around it; the prompt test has none.
+TEST(Cli, BenchRooflineGivesEachGenerationRepetitionAReadRate) {
+    auto r =
+        run_cli("bench -m " + tiny_model_path(512) + " -p 8 -n 4 -r 3 -t 2 --roofline -o json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j.size(), 2u) << r.out;
+    EXPECT_FALSE(j[0].contains("read_gbps")) << "pp8 reads no roofline";
+    const auto& tg = j[1];
+    ASSERT_EQ(tg["read_gbps"].size(), 3u) << r.out;
+    ASSERT_EQ(tg["samples_gbps"].size(), 3u) << r.out;
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_GT(tg["read_gbps"][i].get<double>(), 0.0);
+        // a repetition's GB/s is its tokens/s times the bytes per token
+        const double per_token = tg["gbps"].get<double>() / tg["avg_ts"].get<double>();
+        EXPECT_NEAR(tg["samples_gbps"][i].get<double>(),
+                    per_token * tg["samples_ts"][i].get<double>(),
+                    1e-9 * tg["samples_gbps"][i].get<double>());
+    }
+    auto md = run_cli("bench -m " + tiny_model_path(512) + " -p 0 -n 2 -r 2 -t 1 --roofline");
+    ASSERT_EQ(md.code, 0) << md.err;
+    EXPECT_TRUE(has(md.out, "tg2, weights read per repetition")) << md.out;
+    EXPECT_TRUE(has(md.out, "  2: ")) << md.out;
+}
+
 TEST(Cli, BenchDepthIsInTheCacheAndTheContextHoldsDepthPlusTests) {
     const minfer::model::Model model = minfer::model::Model::load(tiny_model_path(512));
     minfer::runtime::BenchParams bp;

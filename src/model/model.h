@@ -115,6 +115,10 @@ struct Model {
     // (the CPU kernels at hand); with none accepted nothing moves.
     size_t interleave_weights(const std::function<bool(tensor::DType)>& keep = nullptr);
 
+    // Every bound weight, in file order (an output tied to token_embd is one
+    // view).
+    const std::deque<tensor::TensorView>& weights() const { return views_; }
+
   private:
     struct Arena {  // an anonymous mapping the weights were moved into
         uint8_t* data = nullptr;

@@ -1,8 +1,12 @@
 #include "runtime/bench.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "util/error.h"
 
@@ -30,7 +34,75 @@ void summarize(BenchResult& r) {
     r.stddev_ts = r.samples_ts.size() > 1 ? std::sqrt(ss / (n - 1)) : 0.0;
 }
 
+// The weights are read in pieces of at most this many bytes (a tensor's
+// tail is a shorter one), split evenly between the threads.
+constexpr size_t kReadItem = size_t{512} << 10;
+// How long stream_weights_gbps reads.
+constexpr double kReadSeconds = 0.5;
+
+// Sums the 64-bit words of [p, p + n) in four chains (n a multiple of 32).
+uint64_t sum_words(const uint8_t* p, size_t n) {
+    uint64_t s[4] = {};
+    for (size_t i = 0; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; ++k) {
+            uint64_t w;
+            std::memcpy(&w, p + i + 8 * static_cast<size_t>(k), 8);
+            s[k] += w;
+        }
+    return s[0] + s[1] + s[2] + s[3];
+}
+
 }  // namespace
+
+double stream_weights_gbps(const model::Model& model, ThreadPool& pool, size_t limit) {
+    struct Item {
+        const uint8_t* p;
+        size_t n;
+    };
+    std::vector<Item> items;
+    size_t total = 0;
+    for (const tensor::TensorView& w : model.weights()) {
+        const auto* p = static_cast<const uint8_t*>(w.data);
+        for (size_t off = 0; off + 32 <= w.nbytes && total < limit; off += kReadItem) {
+            const size_t n = std::min(kReadItem, w.nbytes - off) / 32 * 32;
+            items.push_back({p + off, n});
+            total += n;
+        }
+    }
+    if (total == 0) throw Error("bench: the model has no weight bytes to read");
+    std::vector<uint64_t> sums(static_cast<size_t>(pool.size()) * 8, 0);  // a line per thread
+    // The session's workers block after a few milliseconds idle; until then
+    // they would share the cores with the reads (and the reads' workers
+    // with the decode after them: the same pause at the end).
+    const auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+    settle();
+    // Whole passes for at least kReadSeconds: the mean rate over a stretch
+    // of time, as a decode repetition's is (one short read would catch a
+    // lull or a burst of the host's other load).
+    double bytes = 0, seconds = 0;
+    const auto t0 = Clock::now();
+    while (seconds < kReadSeconds) {
+        // each thread its contiguous share of the items, as the MemRead
+        // benchmark reads its buffer: the fastest plain read (items handed
+        // out one by one read no faster)
+        pool.run([&](int ith, int nth) {
+            const auto share = [&](int k) {
+                return items.size() * static_cast<size_t>(k) / static_cast<size_t>(nth);
+            };
+            uint64_t acc = 0;
+            for (size_t i = share(ith); i < share(ith + 1); ++i)
+                acc += sum_words(items[i].p, items[i].n);
+            sums[static_cast<size_t>(ith) * 8] += acc;
+        });
+        bytes += static_cast<double>(total);
+        seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    // the sums are used, so the reads are not dropped
+    volatile uint64_t sink = 0;
+    for (uint64_t v : sums) sink = sink + v;
+    settle();
+    return bytes / seconds / 1e9;
+}
 
 int64_t model_params(const model::Model& model) {
     int64_t n = 0;
@@ -116,17 +188,34 @@ std::vector<BenchResult> run_bench(const model::Model& model, const BenchParams&
         r.n_gen = p.n_gen;
         r.n_depth = p.n_depth;
         const std::vector<int32_t> tokens = random_tokens(rng, n_vocab, p.n_gen);
+        const double bytes = decode_bytes_per_token(model);
+        // The reads run on a pool of the session's size; the session's
+        // workers have gone to sleep by then (they block after a
+        // millisecond idle), and the reads' workers before decode resumes.
+        std::optional<ThreadPool> read_pool;
+        double read_before = 0;
         for (int rep = -1; rep < p.reps; ++rep) {
             session.truncate(p.n_depth);
             const int64_t n = rep < 0 ? 1 : p.n_gen;  // llama-bench warms up with one token
+            if (p.roofline && rep == 0) {
+                read_pool.emplace(so.n_threads > 0 ? so.n_threads : ThreadPool::physical_cores());
+                read_before = stream_weights_gbps(model, *read_pool);
+            }
             const auto t0 = Clock::now();
             for (int64_t i = 0; i < n; ++i)
                 (void)session.eval(std::span<const int32_t>(&tokens[static_cast<size_t>(i)], 1));
             const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-            if (rep >= 0) r.samples_ts.push_back(static_cast<double>(n) / s);
+            if (rep < 0) continue;
+            r.samples_ts.push_back(static_cast<double>(n) / s);
+            r.samples_gbps.push_back(bytes * static_cast<double>(n) / s / 1e9);
+            if (p.roofline) {
+                const double read_after = stream_weights_gbps(model, *read_pool);
+                r.read_gbps.push_back(std::max(read_before, read_after));
+                read_before = read_after;
+            }
         }
         summarize(r);
-        r.gbps = decode_bytes_per_token(model) * r.avg_ts / 1e9;
+        r.gbps = bytes * r.avg_ts / 1e9;
         out.push_back(std::move(r));
     }
     if (p.on_finish) p.on_finish(session);

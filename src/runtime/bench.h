@@ -14,6 +14,7 @@
 
 #include "model/model.h"
 #include "runtime/session.h"
+#include "util/thread_pool.h"
 
 namespace minfer::runtime {
 
@@ -22,7 +23,10 @@ struct BenchParams {
     int64_t n_gen = 128;     // 0: no generation test
     int64_t n_depth = 0;     // tokens in the cache before each test (untimed)
     int reps = 5;
-    uint32_t seed = 42;      // of the random token ids
+    uint32_t seed = 42;  // of the random token ids
+    // Generation: also time a streaming read of the weights before the
+    // first repetition and after each one (BenchResult::read_gbps).
+    bool roofline = false;
     SessionOptions session;  // n_ctx is set to n_depth + n_prompt + n_gen
     // Called with the session before the first test and after the last one
     // (the memory report attaches its recorders and prints through these).
@@ -38,6 +42,11 @@ struct BenchResult {
     double avg_ts = 0, stddev_ts = 0;
     // Generation: weight bytes streamed per token times tokens/s.
     double gbps = 0;
+    // With BenchParams::roofline, per repetition: its weight bytes per
+    // second (decode_bytes_per_token times its tokens/s), and the host's
+    // streaming-read rate around it, the larger of the reads just before and
+    // just after it (stream_weights_gbps), both in GB/s.
+    std::vector<double> samples_gbps, read_gbps;
     // Prompt: matmul + attention operations (2 per multiply-add) per second.
     double gops = 0;
 };
@@ -50,6 +59,15 @@ double decode_bytes_per_token(const model::Model& model);
 // cached ones: the weight matmuls and the causal attention scores and sums.
 // The logits matmul counts one row (only the last row is computed).
 double prompt_ops(const model::Model& model, int64_t n_tokens, int64_t n_depth = 0);
+// The streaming-read rate of the host at this moment, in GB/s: the pool's
+// threads read up to `limit` bytes of the model's weights (the decode's
+// bytes, where the decode finds them), each a contiguous share, summing
+// 64-bit words, pass after pass for half a second: the mean rate. Read next
+// to a decode run it is that run's roofline,
+// measured through the same drift of the host's bandwidth (which moves by
+// more than a tenth within minutes on shared hosts).
+double stream_weights_gbps(const model::Model& model, ThreadPool& pool,
+                           size_t limit = size_t{1} << 30);
 // Number of weight elements (llama-bench's "params").
 int64_t model_params(const model::Model& model);
 
