@@ -189,9 +189,9 @@ std::vector<BenchResult> run_bench(const model::Model& model, const BenchParams&
         r.n_depth = p.n_depth;
         const std::vector<int32_t> tokens = random_tokens(rng, n_vocab, p.n_gen);
         const double bytes = decode_bytes_per_token(model);
-        // The reads run on a pool of the session's size; the session's
-        // workers have gone to sleep by then (they block after a
-        // millisecond idle), and the reads' workers before decode resumes.
+        // The reads run on a pool of the session's size, pausing before and
+        // after so that each pool's idle workers block before the other's
+        // run (stream_weights_gbps).
         std::optional<ThreadPool> read_pool;
         double read_before = 0;
         for (int rep = -1; rep < p.reps; ++rep) {
