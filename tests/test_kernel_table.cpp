@@ -130,8 +130,8 @@ TEST(IsaLevels, EveryLevelsKernelTableMatchesTheScalarOne) {
             float got[minfer::tensor::kInterleaveRows];
             group(K, il.data(), c.act.data(), got);
             // The scalar dot takes the group kernels' float steps
-            // (quant_dot.h): the same bits, so a file's logits do not depend
-            // on the level.
+            // (quant_dot.h): the same bits, so the level does not change a
+            // regrouped row's sums.
             for (int64_t m = 0; m < M; ++m)
                 EXPECT_EQ(0, std::memcmp(&got[m], &want[size_t(m)], sizeof(float)))
                     << "group row " << m << ": " << got[m] << " vs the scalar level's "

@@ -193,14 +193,12 @@ std::vector<BenchResult> run_bench(const model::Model& model, const BenchParams&
         // after so that each pool's idle workers block before the other's
         // run (stream_weights_gbps).
         std::optional<ThreadPool> read_pool;
+        if (p.roofline) read_pool.emplace(session.options().n_threads);
         double read_before = 0;
         for (int rep = -1; rep < p.reps; ++rep) {
             session.truncate(p.n_depth);
             const int64_t n = rep < 0 ? 1 : p.n_gen;  // llama-bench warms up with one token
-            if (p.roofline && rep == 0) {
-                read_pool.emplace(so.n_threads > 0 ? so.n_threads : ThreadPool::physical_cores());
-                read_before = stream_weights_gbps(model, *read_pool);
-            }
+            if (p.roofline && rep == 0) read_before = stream_weights_gbps(model, *read_pool);
             const auto t0 = Clock::now();
             for (int64_t i = 0; i < n; ++i)
                 (void)session.eval(std::span<const int32_t>(&tokens[static_cast<size_t>(i)], 1));
