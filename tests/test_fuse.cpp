@@ -85,3 +85,41 @@ TEST(Fuse, NoFusionKeepsEveryNodeLive) {
     EXPECT_EQ(s.dead, 0);
     EXPECT_EQ(count(g, graph::Op::SwiGLU), 0);
 }
+
+// The experts' silu(gate) * up becomes one MatMulIdSwiGLU reading gate and
+// up over the same grouped rows; the two MatMulIds and the Silu it replaces
+// are dead, and the down projection stays a MatMulId reading its output.
+// qwen2moe's shared expert (plain matmuls) still fuses to a SwiGLU.
+TEST(Fuse, ExpertsSwigluReplacesGateAndUpMatMulIds) {
+    for (const char* arch : {"qwen3moe", "qwen2moe"}) {
+        SCOPED_TRACE(arch);
+        Fixture f(arch);
+        graph::Graph g = f.build(3);
+        const int64_t n_layer = f.m.hp.n_layer;
+        graph::FuseStats s = graph::fuse(g, {.qkv = true, .ffn = true});
+        const bool shared = std::string(arch) == "qwen2moe";
+        EXPECT_EQ(s.ffn, (shared ? 2 : 1) * n_layer);
+        EXPECT_EQ(count(g, graph::Op::MatMulIdSwiGLU), n_layer);
+        EXPECT_EQ(count(g, graph::Op::SwiGLU), shared ? n_layer : 0);
+        auto consumers = g.n_consumers();
+        int live_matmul_id = 0;
+        for (size_t i = 0; i < g.size(); ++i) {
+            const auto& n = g.nodes[i];
+            if (n.op == graph::Op::MatMulId && !n.src.empty()) {
+                ++live_matmul_id;
+                EXPECT_EQ(g.node(n.src[0]).op, graph::Op::MatMulIdSwiGLU) << n.name;
+            }
+            if (n.op == graph::Op::MatMulIdSwiGLU) {
+                ASSERT_EQ(n.weights.size(), 2u);
+                EXPECT_NE(n.weights[0]->name.find("ffn_gate_exps"), std::string::npos);
+                EXPECT_NE(n.weights[1]->name.find("ffn_up_exps"), std::string::npos);
+                EXPECT_EQ(g.node(n.src[0]).op, graph::Op::MoeGather);
+                EXPECT_EQ(g.node(n.src[1]).op, graph::Op::MoeGroup);
+                EXPECT_EQ(n.ne[0], f.m.hp.n_ff_exp);
+                EXPECT_EQ(consumers[i], 1);
+            }
+        }
+        EXPECT_EQ(live_matmul_id, n_layer);
+        EXPECT_EQ(g.topo_order().size(), g.size());
+    }
+}

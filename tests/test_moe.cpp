@@ -18,6 +18,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/vec_ops.h"
 #include "cli_runner.h"
 #include "ir/moe_layout.h"
 #include "isa_levels.h"
@@ -282,6 +283,7 @@ ExpertTensor make_experts(tensor::DType t, int64_t K, int64_t M, int64_t n_exper
 
 // MoeGroup, MoeGather and MatMulId as the graph runs them, for the tokens xs
 // [K, n] and their expert ids [k, n]; y is [M, slots] grouped by expert.
+// With `up`, the node is MatMulIdSwiGLU: y = silu(w rows) * (up rows).
 struct MatMulIdRun {
     std::vector<int32_t> grp;
     std::vector<float> rows;  // [K, slots] grouped
@@ -290,7 +292,7 @@ struct MatMulIdRun {
 
 MatMulIdRun run_matmul_id(const tensor::TensorView& w, const std::vector<float>& xs,
                           const std::vector<int32_t>& ids, int64_t k, ThreadPool& pool,
-                          bool batch_invariant = false) {
+                          bool batch_invariant = false, const tensor::TensorView* up = nullptr) {
     const int64_t K = w.ne[0], M = w.ne[1], n_expert = w.ne[2];
     const auto slots = static_cast<int64_t>(ids.size()), n = slots / k;
     MatMulIdRun r;
@@ -316,9 +318,10 @@ MatMulIdRun run_matmul_id(const tensor::TensorView& w, const std::vector<float>&
     cpu::run_node(ga, gad, pool);
     r.y.assign(static_cast<size_t>(M * slots), std::numeric_limits<float>::quiet_NaN());
     graph::Node mm;
-    mm.op = graph::Op::MatMulId;
+    mm.op = up ? graph::Op::MatMulIdSwiGLU : graph::Op::MatMulId;
     mm.ne = {M, slots, 1, 1};
     mm.weights = {&w};
+    if (up) mm.weights.push_back(up);
     cpu::NodeData md;
     md.src = {r.rows.data(), r.grp.data()};
     md.src_ne = {{K, slots, 1, 1}, grp_ne};
@@ -387,11 +390,10 @@ TEST(Moe, MatMulIdReadsOnlyChosenExpertsAndMatchesReference) {
     });
 }
 
-// Each expert's rows of MatMulId are bitwise the dense matmul of its slice
-// over those rows alone (the kernels, the path for that token count and the
-// threads' split are the dense matmul's), at every level, both layouts,
-// batch-invariant or not.
-TEST(Moe, MatMulIdRowsAreTheDenseMatmulOfTheirExpert) {
+// Every ISA level, Q8_0, Q4_K and F32 (which has no regrouped layout), the
+// file layout and the regrouped one, batch-invariant or not.
+template <typename Fn>
+void for_each_expert_case(Fn&& fn) {
     minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
         ThreadPool pool(2);
         for (tensor::DType t : {tensor::DType::Q8_0, tensor::DType::Q4_K, tensor::DType::F32})
@@ -401,25 +403,57 @@ TEST(Moe, MatMulIdRowsAreTheDenseMatmulOfTheirExpert) {
                     SCOPED_TRACE(std::string(tensor::dtype_name(t)) +
                                  (regroup ? " regrouped" : "") +
                                  (invariant ? " batch-invariant" : ""));
-                    const int64_t K = 512, M = 144, n_expert = 6, k = 2;
-                    const auto slots = static_cast<int64_t>(kIds12.size());
-                    const ExpertTensor ex = make_experts(t, K, M, n_expert, regroup, {}, 5);
-                    const std::vector<float> xs = random_rows(K, slots / k, 6);
-                    const MatMulIdRun r = run_matmul_id(ex.w, xs, kIds12, k, pool, invariant);
-                    const graph::MoeGroupView gv(r.grp.data(), n_expert, slots);
-                    for (int64_t e = 0; e < n_expert; ++e) {
-                        const int64_t g0 = gv.offset[e], n_e = gv.offset[e + 1] - g0;
-                        if (n_e == 0) continue;
-                        const tensor::TensorView slice = cpu::expert_slice(ex.w, e);
-                        const cpu::MatMulPart part{&slice, 0};
-                        std::vector<float> dense(static_cast<size_t>(M * n_e));
-                        cpu::matmul(&part, 1, r.rows.data() + g0 * K, K, n_e, dense.data(), M, pool,
-                                    invariant);
-                        EXPECT_EQ(0, std::memcmp(dense.data(), r.y.data() + g0 * M,
-                                                 dense.size() * sizeof(float)))
-                            << "expert " << e << " (" << n_e << " rows)";
-                    }
+                    fn(pool, t, regroup, invariant);
                 }
+    });
+}
+
+// Each expert's rows of MatMulId are bitwise the dense matmul of its slice
+// over those rows alone (the kernels, the path for that token count and the
+// threads' split are the dense matmul's), at every level, both layouts,
+// batch-invariant or not.
+TEST(Moe, MatMulIdRowsAreTheDenseMatmulOfTheirExpert) {
+    for_each_expert_case([&](ThreadPool& pool, tensor::DType t, bool regroup, bool invariant) {
+        const int64_t K = 512, M = 144, n_expert = 6, k = 2;
+        const auto slots = static_cast<int64_t>(kIds12.size());
+        const ExpertTensor ex = make_experts(t, K, M, n_expert, regroup, {}, 5);
+        const std::vector<float> xs = random_rows(K, slots / k, 6);
+        const MatMulIdRun r = run_matmul_id(ex.w, xs, kIds12, k, pool, invariant);
+        const graph::MoeGroupView gv(r.grp.data(), n_expert, slots);
+        for (int64_t e = 0; e < n_expert; ++e) {
+            const int64_t g0 = gv.offset[e], n_e = gv.offset[e + 1] - g0;
+            if (n_e == 0) continue;
+            const tensor::TensorView slice = cpu::expert_slice(ex.w, e);
+            const cpu::MatMulPart part{&slice, 0};
+            std::vector<float> dense(static_cast<size_t>(M * n_e));
+            cpu::matmul(&part, 1, r.rows.data() + g0 * K, K, n_e, dense.data(), M, pool, invariant);
+            EXPECT_EQ(0,
+                      std::memcmp(dense.data(), r.y.data() + g0 * M, dense.size() * sizeof(float)))
+                << "expert " << e << " (" << n_e << " rows)";
+        }
+    });
+}
+
+// The fused MatMulIdSwiGLU is bitwise swiglu_row over the whole rows of the
+// two MatMulIds it replaces, at every level, both layouts, batch-invariant or
+// not, with experts on both paths (the GEMM for 7+ rows, the dot products
+// for fewer) and rows cut into several items (K = 2048: 64 rows each at
+// f32, 112 at Q8_0).
+TEST(Moe, MatMulIdSwigluIsSwigluOfTheTwoMatMulIds) {
+    for_each_expert_case([&](ThreadPool& pool, tensor::DType t, bool regroup, bool invariant) {
+        const int64_t K = 2048, M = 144, n_expert = 6, k = 2;
+        const auto slots = static_cast<int64_t>(kIds12.size());
+        const ExpertTensor gate = make_experts(t, K, M, n_expert, regroup, {1, 4}, 9);
+        const ExpertTensor up = make_experts(t, K, M, n_expert, regroup, {1, 4}, 10);
+        const std::vector<float> xs = random_rows(K, slots / k, 11);
+        const MatMulIdRun g = run_matmul_id(gate.w, xs, kIds12, k, pool, invariant);
+        const MatMulIdRun u = run_matmul_id(up.w, xs, kIds12, k, pool, invariant);
+        const MatMulIdRun f = run_matmul_id(gate.w, xs, kIds12, k, pool, invariant, &up.w);
+        std::vector<float> want(g.y.size());
+        for (int64_t s = 0; s < slots; ++s)
+            cpu::swiglu_row(g.y.data() + s * M, u.y.data() + s * M, want.data() + s * M, M);
+        for (float v : want) ASSERT_TRUE(std::isfinite(v));
+        EXPECT_EQ(0, std::memcmp(want.data(), f.y.data(), want.size() * sizeof(float)));
     });
 }
 
@@ -672,11 +706,17 @@ TEST(Moe, ReportAndTraceShowTheMoeNodesWithTheirBuffers) {
         for (const auto& nd : r["nodes"]) {
             const std::string op = nd["op"];
             if (op != "Softmax" && op != "TopK" && op != "MoeWeights" && op != "MoeGroup" &&
-                op != "MoeGather" && op != "MatMulId" && op != "MoeSum" && op != "SigmoidScale")
+                op != "MoeGather" && op != "MatMulId" && op != "MatMulIdSwiGLU" && op != "MoeSum" &&
+                op != "SigmoidScale")
                 continue;
-            ++count[op];
             SCOPED_TRACE(nd["name"].get<std::string>());
-            ASSERT_FALSE(nd["dead"].get<bool>());
+            if (nd["dead"].get<bool>()) {
+                // only the gate and up MatMulIds the fused node replaced
+                ASSERT_EQ(op, "MatMulId");
+                ++count["dead MatMulId"];
+                continue;
+            }
+            ++count[op];
             ASSERT_TRUE(nd["buffer"].is_object());
             const size_t id = nd["id"];
             EXPECT_GE(r["curve"][id].get<size_t>(), nd["buffer"]["len"].get<size_t>());
@@ -697,6 +737,8 @@ TEST(Moe, ReportAndTraceShowTheMoeNodesWithTheirBuffers) {
         for (const char* op :
              {"Softmax", "TopK", "MoeWeights", "MoeGroup", "MoeGather", "MoeSum", "SigmoidScale"})
             EXPECT_EQ(count[op], n_layer) << op;
-        EXPECT_GE(count["MatMulId"], 2 * n_layer);
+        EXPECT_EQ(count["MatMulIdSwiGLU"], n_layer);
+        EXPECT_EQ(count["MatMulId"], n_layer);  // down
+        EXPECT_EQ(count["dead MatMulId"], 2 * n_layer);
     }
 }

@@ -7,13 +7,39 @@ namespace minfer::graph {
 
 namespace {
 
-// silu(gate) * up -> SwiGLU(gate, up); the Silu is orphaned.
+// The experts' silu(MatMulId gate) * MatMulId up over the same rows and
+// group, with gate and up of one type and shape, as one MatMulIdSwiGLU.
+bool fuse_moe_swiglu(Graph& g, Node& mul, const Node& act) {
+    const Node& gate = g.node(act.src[0]);
+    const Node& up = g.node(mul.src[1]);
+    if (gate.op != Op::MatMulId || up.op != Op::MatMulId || gate.src != up.src) return false;
+    if (gate.backend != mul.backend || up.backend != mul.backend) return false;
+    const tensor::TensorView* wg = gate.weights.at(0);
+    const tensor::TensorView* wu = up.weights.at(0);
+    if (wg == nullptr || wu == nullptr || wg->type != wu->type || wg->ne != wu->ne ||
+        wg->layout != wu->layout)
+        return false;
+    mul.op = Op::MatMulIdSwiGLU;
+    mul.src = gate.src;
+    mul.weights = {wg, wu};
+    mul.fused = true;
+    if (auto p = mul.name.find("ffn_moe_mul"); p != std::string::npos)
+        mul.name.replace(p, 11, "ffn_moe_swiglu");
+    return true;
+}
+
+// silu(gate) * up -> SwiGLU(gate, up), or MatMulIdSwiGLU for the experts;
+// the Silu (and the experts' two MatMulIds) are orphaned.
 int fuse_ffn(Graph& g) {
     int made = 0;
     for (auto& n : g.nodes) {
         if (n.op != Op::Mul || n.src.size() != 2) continue;
         const Node& act = g.node(n.src[0]);
         if (act.op != Op::Silu || act.backend != n.backend) continue;
+        if (fuse_moe_swiglu(g, n, act)) {
+            ++made;
+            continue;
+        }
         n.op = Op::SwiGLU;
         n.src = {act.src[0], n.src[1]};
         n.fused = true;

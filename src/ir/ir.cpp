@@ -58,6 +58,8 @@ std::string_view op_name(Op op) {
             return "MoeGather";
         case Op::MatMulId:
             return "MatMulId";
+        case Op::MatMulIdSwiGLU:
+            return "MatMulIdSwiGLU";
         case Op::MoeSum:
             return "MoeSum";
         case Op::SigmoidScale:

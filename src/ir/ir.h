@@ -55,21 +55,23 @@ enum class Op : uint8_t {
                        // layer's regions; output = src0's shape (runs in place).
     // Mixture of experts (ir/moe_layout.h). k = experts per token, slots
     // = k * n (slot t * k + j: token t's j-th choice).
-    Softmax,       // each row of src0 [ne0, n] (ggml_soft_max: exp in float, the sum in double)
-    TopK,          // src0 [n_expert, n] -> I32 [k, n]: each row's k largest, largest first,
-                   // ties in the order of ggml's descending argsort (std::sort)
-    MoeWeights,    // src0 probs [n_expert, n], src1 TopK [k, n] -> [k, n] the chosen probs;
-                   // meta.moe_norm: divided by their sum (as llama.cpp's norm_w)
-    MoeGroup,      // src0 TopK [k, n] -> I32 [moe_group_size(n_expert, slots)]: the slots
-                   // grouped by expert, tokens in order within an expert (meta.n_expert)
-    MoeGather,     // src0 x [K, n], src1 MoeGroup -> [K, slots]: row g = x row of the
-                   // token of grouped slot g (each expert's rows contiguous)
-    MatMulId,      // src0 [K, slots] grouped rows, src1 MoeGroup; weights[0] [K, M, n_expert]
-                   // -> [M, slots] grouped: every expert some slot chose multiplies its
-                   // rows by its 2-D slice; the others are not read
-    MoeSum,        // src0 [ne0, slots] grouped, src1 MoeWeights [k, n], src2 MoeGroup
-                   // -> [ne0, n]: sum over j of w[t, j] * the row of slot t * k + j
-    SigmoidScale,  // src0 [ne0, n], src1 [1, n] -> src0 row t * sigmoid(src1[t])
+    Softmax,         // each row of src0 [ne0, n] (ggml_soft_max: exp in float, the sum in double)
+    TopK,            // src0 [n_expert, n] -> I32 [k, n]: each row's k largest, largest first,
+                     // ties in the order of ggml's descending argsort (std::sort)
+    MoeWeights,      // src0 probs [n_expert, n], src1 TopK [k, n] -> [k, n] the chosen probs;
+                     // meta.moe_norm: divided by their sum (as llama.cpp's norm_w)
+    MoeGroup,        // src0 TopK [k, n] -> I32 [moe_group_size(n_expert, slots)]: the slots
+                     // grouped by expert, tokens in order within an expert (meta.n_expert)
+    MoeGather,       // src0 x [K, n], src1 MoeGroup -> [K, slots]: row g = x row of the
+                     // token of grouped slot g (each expert's rows contiguous)
+    MatMulId,        // src0 [K, slots] grouped rows, src1 MoeGroup; weights[0] [K, M, n_expert]
+                     // -> [M, slots] grouped: every expert some slot chose multiplies its
+                     // rows by its 2-D slice; the others are not read
+    MatMulIdSwiGLU,  // fusion of SwiGLU(MatMulId gate, MatMulId up) over the same rows:
+                     // weights gate [K, M, n_expert] and up (same shape and type) -> [M, slots]
+    MoeSum,          // src0 [ne0, slots] grouped, src1 MoeWeights [k, n], src2 MoeGroup
+                     // -> [ne0, n]: sum over j of w[t, j] * the row of slot t * k + j
+    SigmoidScale,    // src0 [ne0, n], src1 [1, n] -> src0 row t * sigmoid(src1[t])
 };
 std::string_view op_name(Op op);
 

@@ -623,6 +623,7 @@ void run_node(const Node& node, const NodeData& data, ThreadPool& pool) {
         case Op::MoeGather:
             return op_moe_gather(node, data, pool);
         case Op::MatMulId:
+        case Op::MatMulIdSwiGLU:
             return op_matmul_id(node, data, pool);
         case Op::MoeSum:
             return op_moe_sum(node, data, pool);

@@ -9,6 +9,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
+#include "backend/cpu/vec_ops.h"
 #include "ir/moe_layout.h"
 #include "tensor/interleave.h"
 #include "util/error.h"
@@ -162,10 +163,16 @@ struct ExpertItem {
 }  // namespace
 
 void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
+    // MatMulId: one weight. MatMulIdSwiGLU: gate and up, same shape and type
+    // (the fusion checks it), and the output is silu(gate) * up.
+    const bool swiglu = node.weights.size() == 2;
     const TensorView* w = node.weights.at(0);
-    MINFER_ASSERT(w != nullptr);
+    const TensorView* w_up = swiglu ? node.weights[1] : nullptr;
+    MINFER_ASSERT(w != nullptr && (!swiglu || w_up != nullptr));
     const int64_t K = w->ne[0], M = w->ne[1], n_expert = w->ne[2], n_slots = node.ne[1];
     MINFER_ASSERT(node.ne[0] == M && data.src_ne.at(0)[0] == K && data.src_ne.at(0)[1] == n_slots);
+    MINFER_ASSERT(!swiglu ||
+                  (w_up->type == w->type && w_up->ne == w->ne && w_up->layout == w->layout));
     MINFER_ASSERT(n_experts_of_group(data, 1, n_slots) == n_expert);
     const graph::MoeGroupView gv(static_cast<const int32_t*>(data.src[1]), n_expert, n_slots);
     MINFER_ASSERT(gv.offset[0] == 0 && gv.offset[n_expert] == n_slots);
@@ -177,7 +184,9 @@ void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
     // when the dense matmul would take it for that many tokens, so a row's
     // sums are those of the dense path for its expert's token count), an
     // expert nobody chose never read, and the threads balanced over the
-    // whole layer rather than one small matrix at a time.
+    // whole layer rather than one small matrix at a time. Fused with the
+    // SwiGLU, an item computes the same rows of gate and up and writes their
+    // product: one dispatch instead of three, the activations quantized once.
     const tensor::DType at = act_type(w->type);
     const bool interleaved = w->layout == TensorView::Layout::Rows16;
     const VecDotFn dot = vec_dot_fn(w->type);
@@ -186,7 +195,6 @@ void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
     MINFER_ASSERT_MSG(dot != nullptr, "MatMulId: weight type has no dot product");
     const size_t w_row_bytes = w->row_bytes();
     const size_t slice_bytes = w_row_bytes * static_cast<size_t>(M);
-    const auto* w_data = static_cast<const uint8_t*>(w->data);
 
     // The items, counted first: they and the activations share the pool's
     // scratch (steady-state decode allocates nothing).
@@ -201,7 +209,11 @@ void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
         if (group_dot_many != nullptr && n_e <= kGroupDotManyMaxTokens) return Path::Dot;
         return matmul_takes_gemm(*w, n_e, data.batch_invariant) ? Path::Gemm : Path::Dot;
     };
-    const int64_t dot_rows = dot_item_rows(w_row_bytes);
+    // Both row counts are whole 16-row groups (asserted), so a fused item's
+    // SwiGLU starts on a vector boundary and gives each element what the
+    // whole-row SwiGLU gives it, whichever path the expert took.
+    const int64_t dot_rows = dot_item_rows(swiglu ? 2 * w_row_bytes : w_row_bytes);
+    MINFER_ASSERT(!swiglu || gemm_tile_rows() % tensor::kInterleaveRows == 0);
     auto rows_per_item = [&](Path p) { return p == Path::Gemm ? gemm_tile_rows() : dot_rows; };
     int64_t n_items = 0;
     bool any_dot = false, any_gemm = false;
@@ -256,36 +268,36 @@ void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
         pool.run_chunks(n_expert, quantize_expert);
     }
 
-    // 2. The items.
-    pool.run_chunks(n_items, [&](int ith, int64_t i) {
-        const ExpertItem it = items[i];
+    // 2. The items. out[t * ldo + r - it.r0] for the item's rows r of the
+    // expert's n_e tokens t, from one weight tensor; `spare` is the thread's
+    // scratch beyond what the caller uses.
+    auto compute = [&](const ExpertItem& it, const uint8_t* w_data, float* out, int64_t ldo,
+                       uint8_t* spare) {
         const int64_t g0 = gv.offset[it.expert], n_e = gv.offset[it.expert + 1] - g0;
         const uint8_t* slice = w_data + static_cast<size_t>(it.expert) * slice_bytes;
-        float* out = y + g0 * M;
         if (it.gemm) {
             gemm_rows(w->type, interleaved, slice, w_row_bytes, K, it.r0, it.r1,
-                      act_gemm + static_cast<size_t>(g0) * gemm_row, gemm_row, n_e, out + it.r0, M,
-                      pool.scratch(ith, gemm_scratch_bytes(K)));
+                      act_gemm + static_cast<size_t>(g0) * gemm_row, gemm_row, n_e, out, ldo,
+                      spare);
             return;
         }
         const uint8_t* a0 = act_dot + static_cast<size_t>(g0) * dot_row;
         if (interleaved) {
             for (int64_t r = it.r0; r < it.r1; r += tensor::kInterleaveRows) {
                 const uint8_t* group = slice + static_cast<size_t>(r) * w_row_bytes;
+                float* o = out + (r - it.r0);
                 if (group_dot_many) {
-                    group_dot_many(K, group, a0, dot_row, n_e, out + r, M);
+                    group_dot_many(K, group, a0, dot_row, n_e, o, ldo);
                     continue;
                 }
                 for (int64_t t = 0; t < n_e; ++t) {
                     const uint8_t* a = a0 + static_cast<size_t>(t) * dot_row;
-                    float* o = out + t * M + r;
                     if (group_dot) {
-                        group_dot(K, group, a, o);
+                        group_dot(K, group, a, o + t * ldo);
                     } else {
-                        auto* row = static_cast<uint8_t*>(pool.scratch(ith, w_row_bytes));
                         for (int64_t j = 0; j < tensor::kInterleaveRows; ++j) {
-                            tensor::deinterleave_row(w->type, slice, K, r + j, row);
-                            o[j] = dot(K, row, a);
+                            tensor::deinterleave_row(w->type, slice, K, r + j, spare);
+                            o[t * ldo + j] = dot(K, spare, a);
                         }
                     }
                 }
@@ -296,8 +308,34 @@ void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
             const uint8_t* wrow = slice + static_cast<size_t>(r) * w_row_bytes;
             // the row stays in L1 while every token of the expert reads it
             for (int64_t t = 0; t < n_e; ++t)
-                out[t * M + r] = dot(K, wrow, a0 + static_cast<size_t>(t) * dot_row);
+                out[t * ldo + r - it.r0] = dot(K, wrow, a0 + static_cast<size_t>(t) * dot_row);
         }
+    };
+    const size_t spare_bytes =
+        round64(std::max(any_gemm ? gemm_scratch_bytes(K) : size_t{0}, w_row_bytes));
+    const auto* w_data = static_cast<const uint8_t*>(w->data);
+    if (!swiglu) {
+        pool.run_chunks(n_items, [&](int ith, int64_t i) {
+            const ExpertItem& it = items[i];
+            compute(it, w_data, y + gv.offset[it.expert] * M + it.r0, M,
+                    static_cast<uint8_t*>(pool.scratch(ith, spare_bytes)));
+        });
+        return;
+    }
+    const auto* up_data = static_cast<const uint8_t*>(w_up->data);
+    pool.run_chunks(n_items, [&](int ith, int64_t i) {
+        const ExpertItem& it = items[i];
+        const int64_t g0 = gv.offset[it.expert], n_e = gv.offset[it.expert + 1] - g0;
+        const int64_t width = it.r1 - it.r0;
+        // gate and up rows [n_e, width] side by side, then the spare
+        const size_t tile_bytes = round64(sizeof(float) * static_cast<size_t>(n_e * width));
+        auto* s = static_cast<uint8_t*>(pool.scratch(ith, 2 * tile_bytes + spare_bytes));
+        auto* gate = reinterpret_cast<float*>(s);
+        auto* up = reinterpret_cast<float*>(s + tile_bytes);
+        compute(it, w_data, gate, width, s + 2 * tile_bytes);
+        compute(it, up_data, up, width, s + 2 * tile_bytes);
+        for (int64_t t = 0; t < n_e; ++t)
+            swiglu_row(gate + t * width, up + t * width, y + (g0 + t) * M + it.r0, width);
     });
 }
 

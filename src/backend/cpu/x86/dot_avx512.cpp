@@ -293,6 +293,7 @@ MINFER_TARGET_AVX512_VNNI void group_dot_q8_0_nt(int64_t n, const void* vw, cons
     __m512 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n / QK8_0; ++b, blk += 16 * sizeof(block_q8_0)) {
+        prefetch_ahead(blk, 16 * sizeof(block_q8_0));
         __m512i isum[NT];
         for (int t = 0; t < NT; ++t) isum[t] = _mm512_set1_epi32(-128 * sum_q8_32(y[t][b].qs));
         for (int q = 0; q < 8; ++q) {
