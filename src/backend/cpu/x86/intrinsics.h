@@ -60,10 +60,13 @@ namespace minfer::cpu::x86 {
 inline constexpr int64_t kStreamAhead = 8192;
 // Prefetches the `bytes` that follow p + kStreamAhead: one block's worth,
 // asked for as the kernel starts the block at p. A prefetch does not
-// fault, so running past the end of the weights is harmless.
+// fault, so running past the end of the weights is harmless. The lines go
+// to L2 (T1), not L1: an L1 prefetch holds one of the core's few L1 fill
+// buffers until its line arrives, so a block's worth of them at once
+// stalls the kernel behind them, where L2's queue takes many more.
 inline void prefetch_ahead(const void* p, int64_t bytes) {
     const char* a = static_cast<const char*>(p) + kStreamAhead;
-    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(a + b, _MM_HINT_T0);
+    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(a + b, _MM_HINT_T1);
 }
 }  // namespace minfer::cpu::x86
 #endif
