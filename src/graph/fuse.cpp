@@ -2,10 +2,16 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace minfer::graph {
 
 namespace {
+
+// "blk.3.ffn_mul" -> "blk.3.ffn_swiglu": a fused node keeps its layer's name.
+void rename_part(Node& n, std::string_view from, std::string_view to) {
+    if (auto p = n.name.find(from); p != std::string::npos) n.name.replace(p, from.size(), to);
+}
 
 // The experts' silu(MatMulId gate) * MatMulId up over the same rows and
 // group, with gate and up of one type and shape, as one MatMulIdSwiGLU.
@@ -23,8 +29,7 @@ bool fuse_moe_swiglu(Graph& g, Node& mul, const Node& act) {
     mul.src = gate.src;
     mul.weights = {wg, wu};
     mul.fused = true;
-    if (auto p = mul.name.find("ffn_moe_mul"); p != std::string::npos)
-        mul.name.replace(p, 11, "ffn_moe_swiglu");
+    rename_part(mul, "ffn_moe_mul", "ffn_moe_swiglu");
     return true;
 }
 
@@ -43,8 +48,7 @@ int fuse_ffn(Graph& g) {
         n.op = Op::SwiGLU;
         n.src = {act.src[0], n.src[1]};
         n.fused = true;
-        if (auto p = n.name.find("ffn_mul"); p != std::string::npos)
-            n.name.replace(p, 7, "ffn_swiglu");
+        rename_part(n, "ffn_mul", "ffn_swiglu");
         ++made;
     }
     return made;

@@ -165,8 +165,9 @@ struct ExpertItem {
 void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
     // MatMulId: one weight. MatMulIdSwiGLU: gate and up, same shape and type
     // (the fusion checks it), and the output is silu(gate) * up.
-    const bool swiglu = node.weights.size() == 2;
-    const TensorView* w = node.weights.at(0);
+    const bool swiglu = node.op == graph::Op::MatMulIdSwiGLU;
+    MINFER_ASSERT(node.weights.size() == (swiglu ? 2u : 1u));
+    const TensorView* w = node.weights[0];
     const TensorView* w_up = swiglu ? node.weights[1] : nullptr;
     MINFER_ASSERT(w != nullptr && (!swiglu || w_up != nullptr));
     const int64_t K = w->ne[0], M = w->ne[1], n_expert = w->ne[2], n_slots = node.ne[1];
