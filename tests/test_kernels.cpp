@@ -453,6 +453,37 @@ TEST(CpuGemm, OddTokenAndRowCountsMatchDoubleReference) {
     }
 }
 
+// gemm_quantize_act (the one step the matmul and MoE kernels take) gives
+// the bytes of its two steps, quantize_act_row then gemm_pack_act, at every
+// level: the AVX-512 level's direct Q8_K path included. The rows hold
+// blocks with a zero block, a peak that is negative, a peak that ties
+// (the first of equal magnitudes sets the sign), values a hair from a
+// rounding tie and tiny values.
+TEST(CpuGemm, QuantizeActIsQuantizeThenPack) {
+    const int64_t K = 1024;
+    std::vector<float> x = random_floats(static_cast<size_t>(K), 7, -2.0f, 2.0f);
+    for (int64_t i = 256; i < 512; ++i) x[size_t(i)] = 0.0f;  // a zero block
+    x[520] = -5.0f;                                           // a negative peak
+    x[800] = 4.0f;                                            // a tie: +4 first, -4 after
+    x[900] = -4.0f;
+    for (int64_t i = 768; i < 780; ++i) x[size_t(i)] = 4.0f * (0.5f + float(i - 768)) / 127.0f;
+    for (int64_t i = 960; i < 1024; ++i) x[size_t(i)] *= 1e-30f;
+    for (const DType at : {DType::Q8_K, DType::Q8_0}) {
+        SCOPED_TRACE(dtype_name(at));
+        minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+            if (cpu::gemm_name() == nullptr) return;  // no GEMM at this level
+            const size_t bytes = cpu::gemm_act_row_bytes(at, K);
+            std::vector<uint8_t> q(row_size(at, K)), two(bytes), one(bytes, 0xEE), tmp(q.size());
+            cpu::quantize_act_row(at, x.data(), q.data(), K);
+            cpu::gemm_pack_act(at, q.data(), K, two.data());
+            cpu::gemm_quantize_act(at, x.data(), K, one.data(), tmp.data());
+            for (size_t i = 0; i < bytes; ++i)
+                ASSERT_EQ(one[i], two[i])
+                    << "byte " << i << " of " << bytes << " at " << cpu::gemm_name();
+        });
+    }
+}
+
 // ---- interleaved weights (tensor/interleave.h) ---------------------------------
 
 TEST(Interleave, RoundTripsEveryRowAndKeepsTheBytes) {

@@ -4,6 +4,7 @@
 #include "backend/cpu/gemm_layout.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/kernel_table.h"
+#include "backend/cpu/quant_dot.h"
 #include "backend/cpu/x86/gemm_avx2.h"
 #include "backend/cpu/x86/gemm_avx512.h"
 #include "tensor/blocks.h"
@@ -160,6 +161,15 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
         default:
             MINFER_ASSERT_MSG(false, "gemm_rows at a level without a GEMM");
     }
+}
+
+void gemm_quantize_act(DType act, const float* x, int64_t K, void* out, void* tmp) {
+    if (act == DType::Q8_K && gemm_isa() == GemmIsa::Avx512) {
+        quantize_q8_K_row_vnni_gemm(x, out, K);
+        return;
+    }
+    quantize_act_row(act, x, tmp, K);
+    gemm_pack_act(act, tmp, K, out);
 }
 
 }  // namespace minfer::cpu

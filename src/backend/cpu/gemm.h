@@ -36,6 +36,11 @@ size_t gemm_act_row_bytes(tensor::DType act, int64_t K);
 // float d per 16 [K/16], the sum of q per 32 as float [K/32] (Q8_K only:
 // Q8_0 rows end before it).
 void gemm_pack_act(tensor::DType act, const void* row, int64_t K, void* out);
+// One float row of K straight into the GEMM form: the bytes of
+// quantize_act_row then gemm_pack_act. tmp holds one activation row of act
+// (tensor::row_size(act, K) bytes) for the levels that take those two
+// steps; the AVX-512 level quantizes Q8_K without it.
+void gemm_quantize_act(tensor::DType act, const float* x, int64_t K, void* out, void* tmp);
 
 // Most rows one gemm_rows call takes (the micro-tile's rows).
 int64_t gemm_tile_rows();

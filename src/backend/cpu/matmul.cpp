@@ -115,10 +115,9 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
         for (int a = 0; a < n_act; ++a)
             for (int64_t t = t0; t < t1; ++t) {
                 if (gemm) {
-                    void* row = pool.scratch(ith, act_row_bytes[a]);
-                    quantize_act_row(act_types[a], x + t * x_stride, row, K);
-                    gemm_pack_act(act_types[a], row, K,
-                                  act + gemm_offset[a] + static_cast<size_t>(t) * gemm_row[a]);
+                    gemm_quantize_act(act_types[a], x + t * x_stride, K,
+                                      act + gemm_offset[a] + static_cast<size_t>(t) * gemm_row[a],
+                                      pool.scratch(ith, act_row_bytes[a]));
                 } else {
                     quantize_act_row(
                         act_types[a], x + t * x_stride,

@@ -255,9 +255,8 @@ void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
         const bool gemm = path_of(e) == Path::Gemm;
         for (int64_t g = g0; g < g1; ++g) {
             if (gemm) {
-                void* row = pool.scratch(ith, dot_row);
-                quantize_act_row(at, x + g * K, row, K);
-                gemm_pack_act(at, row, K, act_gemm + static_cast<size_t>(g) * gemm_row);
+                gemm_quantize_act(at, x + g * K, K, act_gemm + static_cast<size_t>(g) * gemm_row,
+                                  pool.scratch(ith, dot_row));
             } else {
                 quantize_act_row(at, x + g * K, act_dot + static_cast<size_t>(g) * dot_row, K);
             }

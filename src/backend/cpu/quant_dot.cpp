@@ -615,6 +615,61 @@ void quantize_q8_K_row(const float* x, block_q8_K* y, int64_t n) {
     quantize_q8_K_row_body<block_peak>(x, y, n);
 }
 
+#ifdef MINFER_X86_SIMD
+// quantize_q8_K_row_body's q, d and bsums written straight into the
+// AVX-512 GEMM's activation form (gemm.h: q ^ 0x80, d per 16, the sum of
+// q per 32 as float), 64 elements a step: the same float steps per element
+// (x * iscale, then + the magic number of nearest_int, no FMA), the same
+// truncation to int8, so the same bytes as the two steps, without the
+// intermediate row. The sums come from the stored bytes: sad_epu8 adds
+// q ^ 0x80 = q + 128 per 8 bytes.
+MINFER_TARGET_V4 void quantize_q8_K_row_gemm_v4(const float* x, uint8_t* out, int64_t n) {
+    auto* d = reinterpret_cast<float*>(out + n);
+    float* bs = d + n / 16;
+    const __m512 magic = _mm512_set1_ps(12582912.f);
+    const __m512i mant = _mm512_set1_epi32(0x007fffff), half = _mm512_set1_epi32(0x00400000),
+                  top = _mm512_set1_epi32(127), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t ib = 0; ib < n / QK_K; ++ib, x += QK_K) {
+        uint8_t* q = out + ib * QK_K;
+        const BlockPeak peak = block_peak_v4(x);
+        if (peak.amax == 0.0f) {
+            std::memset(q, 0x80, QK_K);
+            for (int g = 0; g < QK_K / 16; ++g) d[ib * 16 + g] = 0.0f;
+            for (int g = 0; g < QK_K / 32; ++g) bs[ib * 8 + g] = 0.0f;
+            continue;
+        }
+        const float iscale = -127.f / x[peak.first];
+        const float dd = 1 / iscale;
+        const __m512 vis = _mm512_set1_ps(iscale);
+        for (int j = 0; j < QK_K; j += 64) {
+            __m128i b[4];
+            for (int k = 0; k < 4; ++k) {
+                const __m512 v =
+                    _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + j + 16 * k), vis), magic);
+                const __m512i i =
+                    _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(v), mant), half);
+                b[k] = _mm512_cvtepi32_epi8(_mm512_min_epi32(i, top));
+            }
+            __m512i bytes = _mm512_castsi128_si512(b[0]);
+            bytes = _mm512_inserti32x4(bytes, b[1], 1);
+            bytes = _mm512_inserti32x4(bytes, b[2], 2);
+            bytes = _mm512_inserti32x4(bytes, b[3], 3);
+            bytes = _mm512_xor_si512(bytes, flip);
+            _mm512_storeu_si512(q + j, bytes);
+            alignas(64) uint64_t s8[8];  // sums of q + 128 per 8 bytes
+            _mm512_store_si512(s8, _mm512_sad_epu8(bytes, _mm512_setzero_si512()));
+            for (int h = 0; h < 2; ++h) {
+                const int64_t sum = static_cast<int64_t>(s8[4 * h] + s8[4 * h + 1] + s8[4 * h + 2] +
+                                                         s8[4 * h + 3]) -
+                                    32 * 128;
+                bs[ib * 8 + j / 32 + h] = static_cast<float>(sum);
+            }
+        }
+        for (int g = 0; g < QK_K / 16; ++g) d[ib * 16 + g] = dd;
+    }
+}
+#endif
+
 }  // namespace
 
 MINFER_INLINE float dot_f32_plain_body(const float* a, const float* b, int64_t n) {
@@ -642,6 +697,16 @@ MINFER_LEVEL_VARIANTS(float, dot_f32_fn, (int64_t n, const void* vw, const void*
 // both, so the kernels and the reference code cannot disagree.
 DType act_type(DType w) {
     return tensor::vec_dot_type(w);
+}
+
+void quantize_q8_K_row_vnni_gemm(const float* x, void* out, int64_t n) {
+#ifdef MINFER_X86_SIMD
+    MINFER_ASSERT(n % QK_K == 0 && isa_level() == IsaLevel::Avx512);
+    quantize_q8_K_row_gemm_v4(x, static_cast<uint8_t*>(out), n);
+#else
+    (void)x, (void)out, (void)n;
+    MINFER_ASSERT_MSG(false, "the AVX-512 GEMM form on an architecture without it");
+#endif
 }
 
 void quantize_act_row(DType act, const float* x, void* y, int64_t n) {

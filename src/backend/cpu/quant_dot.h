@@ -24,6 +24,10 @@ tensor::DType act_type(tensor::DType weight);
 // Converts n floats (n a multiple of the block size of `act`) into an
 // activation row of type act (one of Q8_0, Q8_1, Q8_K, F16, BF16, F32).
 void quantize_act_row(tensor::DType act, const float* x, void* y, int64_t n);
+// Q8_K quantization of n floats straight into the GEMM form of the
+// AVX-512 level (gemm.h): the bytes quantize_act_row then gemm_pack_act
+// give there. Only at IsaLevel::Avx512 (x86-64).
+void quantize_q8_K_row_vnni_gemm(const float* x, void* out, int64_t n);
 
 // n floats of one row of `type` (any type but I32).
 void dequant_row(tensor::DType type, const void* x, float* y, int64_t n);
