@@ -223,6 +223,16 @@ void BM_Attn(benchmark::State& state, tensor::DType kv_type) {
 }
 BENCHMARK_CAPTURE(BM_Attn, f32, tensor::DType::F32)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Attn, f16, tensor::DType::F16)->Unit(benchmark::kMillisecond)->UseRealTime();
+// The same prompt with Qwen3-0.6B's heads (16 q / 8 kv, head_dim 128).
+void BM_AttnQwen3(benchmark::State& state, tensor::DType kv_type) {
+    run_attn(state, 16, 8, 128, 512, 0, kv_type);
+}
+BENCHMARK_CAPTURE(BM_AttnQwen3, f32, tensor::DType::F32)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_AttnQwen3, f16, tensor::DType::F16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // At depth: n tokens (args: 512 = a prompt chunk, 1 = a decode step) after
 // 4096 cached ones, f16 cache, the heads of Qwen2.5-0.5B (14 q / 2 kv,

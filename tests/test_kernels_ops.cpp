@@ -378,6 +378,52 @@ TEST(CpuAttn, PositionPastContextThrowsAndWritesNothing) {
     EXPECT_THROW(kv_store(s, k.data(), k.data(), pos.data(), 2, K, V, pool), Error);
 }
 
+// The level's K store of runs of consecutive cells (attn.h: store_k_cells,
+// 8 rows at a time through a transpose on x86-64) writes the bytes
+// store_k_row writes row by row: into F32 and F16 caches, runs of 1 to 20
+// cells at offsets inside a K block, rows of a width that is a multiple of
+// 8 and of one that is not, and values an f16 rounds, overflows, makes
+// subnormal or NaN of either sign.
+TEST(CpuKv, StoreKCellsWritesWhatStoreKRowWrites) {
+    int checked = 0;
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel level) {
+        const cpu::StoreKCellsFn fn = cpu::store_k_cells_at(level);
+        if (fn == nullptr) return;  // this level stores row by row
+        ++checked;
+        for (const int64_t n_kv : {int64_t{64}, int64_t{20}})
+            for (const DType t : {DType::F32, DType::F16}) {
+                SCOPED_TRACE(std::string(cpu::isa_name(level)) + " " + std::string(dtype_name(t)) +
+                             " n_kv=" + std::to_string(n_kv));
+                const int64_t n_cells = 2 * graph::kKBlockCells;
+                auto src = random_floats(static_cast<size_t>(n_cells * n_kv), 5, -3.0f, 3.0f);
+                src[1] = 70000.0f;                     // past f16's largest
+                src[2] = -1e-6f;                       // an f16 subnormal
+                src[3] = fp32_from_bits(0x7FD00000u);  // NaNs with payloads vcvtps2ph keeps
+                src[4] = fp32_from_bits(0xFFE12345u);
+                src[size_t(n_kv + 5)] = INFINITY;
+                src[size_t(9 * n_kv + 7)] = 1.0f + 1.0f / 2048.0f;  // an f16 rounding tie
+                const size_t bytes =
+                    static_cast<size_t>(n_cells * n_kv) * (t == DType::F16 ? 2 : 4);
+                for (const auto& [cell0, n] : std::vector<std::pair<int64_t, int64_t>>{
+                         {0, 32}, {32, 8}, {35, 20}, {41, 1}, {44, 13}, {50, 9}})
+                    for (const int64_t stride : {n_kv, n_kv + 3}) {
+                        std::vector<uint8_t> want(bytes, 0xAB), got(bytes, 0xAB);
+                        for (int64_t r = 0; r < n; ++r)
+                            cpu::store_k_row(t, src.data() + r * stride, want.data(), cell0 + r,
+                                             n_kv);
+                        fn(t, src.data(), stride, n, got.data(), cell0, n_kv);
+                        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), bytes))
+                            << "cells " << cell0 << ".." << cell0 + n - 1 << " stride " << stride;
+                    }
+            }
+    });
+#if defined(__x86_64__)
+    if (checked == 0) GTEST_SKIP() << "no x86 SIMD level on this CPU";
+#else
+    EXPECT_EQ(checked, 0) << "a K store kernel outside x86-64";
+#endif
+}
+
 TEST(CpuAttn, RegionsOfPartBlocksAndPagesOfPartBlocksAreErrors) {
     // K is stored in whole blocks of cells (ir/kv_layout.h): a region of
     // 40 cells would be read and written past its end, a page of 16 cells
@@ -618,6 +664,15 @@ TEST(CpuAttn, EverySimdLevelMatchesTheScalarLoop) {
                 expect_simd_attn_matches_scalar(s, kvt, 21, 45);
                 expect_simd_attn_matches_scalar(s, kvt, 4, 4);  // keys < kKeysPerStep rows
             }
+        // Prompts of several blocks of tokens (op_attn's items: 64 tokens at
+        // GQA 2:1, 128 at 1:1, 16 at 7:1), whose row vectors see fewer keys
+        // than their block's last: from an empty cache and after 20 keys.
+        for (AttnSetup s :
+             {AttnSetup{4, 2, 128, 192}, AttnSetup{2, 2, 64, 192}, AttnSetup{14, 2, 64, 192}})
+            for (DType kvt : {DType::F32, DType::F16}) {
+                expect_simd_attn_matches_scalar(s, kvt, 150, 150);
+                expect_simd_attn_matches_scalar(s, kvt, 150, 170);
+            }
         if (HasFailure()) return;
     }
     // Scalar: no SIMD attention at all (the loop the others are compared with).
@@ -647,8 +702,9 @@ TEST(CpuAttn, ATokenAloneIsBitwiseItsRowsInAChunk) {
     // the outputs must be bitwise equal, so a sequence's result does not
     // depend on how its prompt was chunked or what shares its pass. GQA
     // 1:1, 2:1, 4:1, 7:1; key counts 24..44, not multiples of 8 or 16, and
-    // for Qwen3-0.6B's heads (16 / 8, 128) also 169..189 (several key
-    // blocks of the few-rows P V, which reloads its sums between blocks).
+    // for Qwen3-0.6B's heads (16 / 8, 128) a 150-token chunk at keys
+    // 40..189 (three blocks of tokens; several key blocks of the few-rows
+    // P V, which reloads its sums between blocks).
     // On ARM64 every row takes the one per-row NEON kernel over keys
     // gathered for the whole chunk: the check there is that a row's result
     // does not depend on the gather's extent or on the chunk's other rows.
@@ -663,7 +719,8 @@ TEST(CpuAttn, ATokenAloneIsBitwiseItsRowsInAChunk) {
                 SCOPED_TRACE(std::string(cpu::isa_name(l)) + " " + std::string(dtype_name(kvt)) +
                              " heads=" + std::to_string(s.n_head));
                 const int64_t kv = int64_t{s.n_head_kv} * s.hd, nq = int64_t{s.n_head} * s.hd;
-                const int64_t n_tok = 21, p0 = s.n_ctx - n_tok - 3;
+                // Qwen3's heads: 150 tokens, three of op_attn's blocks of 64
+                const int64_t n_tok = s.n_ctx >= 192 ? 150 : 21, p0 = s.n_ctx - n_tok - 3;
                 RandomKv cache(kv * s.n_ctx, kvt, 41);
                 void* K = cache.k();
                 void* V = cache.v();

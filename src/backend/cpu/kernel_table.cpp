@@ -28,6 +28,7 @@ KernelTable build(IsaLevel level, bool avx_vnni) {
     }
     t.gemm = gemm_at(level);
     t.attn_rows = attn_rows_at(level);
+    t.store_k_cells = store_k_cells_at(level);
     t.swiglu = swiglu_at(level);
     t.sum_squares = sum_squares_at(level);
     return t;

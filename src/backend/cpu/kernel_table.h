@@ -40,8 +40,9 @@ struct KernelTable {
     std::array<GroupDotFn, kDTypeSlots> group_dot{};           // nullptr: de-interleave
     std::array<GroupDotManyFn, kDTypeSlots> group_dot_many{};  // nullptr: loop group_dot
     GemmIsa gemm = GemmIsa::None;
-    AttnRowsFn attn_rows = nullptr;  // nullptr: the scalar loop
-    SwigluFn swiglu = nullptr;       // never nullptr once built
+    AttnRowsFn attn_rows = nullptr;         // nullptr: the scalar loop
+    StoreKCellsFn store_k_cells = nullptr;  // nullptr: row by row
+    SwigluFn swiglu = nullptr;              // never nullptr once built
     SumSquaresFn sum_squares = nullptr;
 
     VecDotFn vec_dot_of(tensor::DType t) const { return vec_dot[slot(t)]; }
@@ -63,6 +64,7 @@ GroupDotFn group_dot_at(IsaLevel level, bool avx_vnni, tensor::DType weight);
 GroupDotManyFn group_dot_many_at(IsaLevel level, tensor::DType weight);
 GemmIsa gemm_at(IsaLevel level);
 AttnRowsFn attn_rows_at(IsaLevel level);
+StoreKCellsFn store_k_cells_at(IsaLevel level);
 SwigluFn swiglu_at(IsaLevel level);
 SumSquaresFn sum_squares_at(IsaLevel level);
 

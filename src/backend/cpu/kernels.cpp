@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/attn.h"
+#include "backend/cpu/kernel_table.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/quant_dot.h"
@@ -111,14 +112,27 @@ void store_v_row(DType t, const float* src, void* region, int64_t cell, int64_t 
     }
 }
 
-void store_k_row(DType t, const float* src, void* region, int64_t cell, int64_t n) {
-    const int64_t first = graph::k_index(cell, 0, n);
-    if (t == DType::F32) {
-        float* dst = static_cast<float*>(region) + first;
-        for (int64_t i = 0; i < n; ++i) dst[i * graph::kKBlockCells] = src[i];
-    } else {
-        uint16_t* dst = static_cast<uint16_t*>(region) + first;
-        for (int64_t i = 0; i < n; ++i) dst[i * graph::kKBlockCells] = tensor::fp32_to_fp16(src[i]);
+// The K rows of n tokens (row i at src + i * src_stride) into their cells
+// (cells[i] < 0: a padding token, not stored): runs of consecutive cells
+// of one K block go to the level's store_k_cells at once.
+void store_k_rows(DType t, const float* src, int64_t src_stride, const int32_t* cells, int64_t n,
+                  void* region, int64_t n_kv) {
+    const StoreKCellsFn cells_fn = kernels().store_k_cells;
+    for (int64_t i = 0; i < n;) {
+        if (cells[i] < 0) {
+            ++i;
+            continue;
+        }
+        int64_t run = 1;
+        while (i + run < n && cells[i + run] == cells[i] + run &&
+               (cells[i] + run) % graph::kKBlockCells != 0)
+            ++run;
+        if (cells_fn)
+            cells_fn(t, src + i * src_stride, src_stride, run, region, cells[i], n_kv);
+        else
+            for (int64_t r = 0; r < run; ++r)
+                store_k_row(t, src + (i + r) * src_stride, region, cells[i] + r, n_kv);
+        i += run;
     }
 }
 
@@ -240,11 +254,10 @@ void op_kv_store(const Node& node, const NodeData& data, ThreadPool&) {
     const int32_t* cells = kv_cells(node, data, 3, pos, n);
     const auto* k = static_cast<const float*>(data.src[0]);
     const auto* v = static_cast<const float*>(data.src[1]);
-    for (int64_t i = 0; i < n; ++i) {
-        if (cells[i] < 0) continue;
-        store_k_row(node.meta.kv_type, k + i * n_kv_embd, data.k, cells[i], n_kv_embd);
-        store_v_row(node.meta.kv_type, v + i * n_kv_embd, data.v, cells[i], n_kv_embd);
-    }
+    store_k_rows(node.meta.kv_type, k, n_kv_embd, cells, n, data.k, n_kv_embd);
+    for (int64_t i = 0; i < n; ++i)
+        if (cells[i] >= 0)
+            store_v_row(node.meta.kv_type, v + i * n_kv_embd, data.v, cells[i], n_kv_embd);
 }
 
 bool scalar_attn_forced() {
@@ -327,16 +340,16 @@ void op_attn(const Node& node, const NodeData& data, ThreadPool& pool) {
         // invariance), and that kernel's rows are independent (its few-rows
         // and many-rows paths give the same bits). Items (KV head, block of
         // tokens of ONE sequence): the block's rows (token, head of the
-        // group) fill whole 16-lane vectors where the group allows, at least
-        // 64 rows, over which each K/V row read (and converted from f16) is
-        // shared.
-        int64_t tb = std::max<int64_t>(1, (64 + group - 1) / group);
-        for (int64_t t = tb; t * group <= kAttnMaxRows; ++t)
-            if (t * group % 16 == 0) {
-                tb = t;
-                break;
-            }
-        tb = std::min(tb, std::max<int64_t>(1, kAttnMaxRows / group));
+        // group), over which each K/V row read (and converted from f16) is
+        // shared: as many as kAttnMaxRows allows in whole 16-lane vectors
+        // (the kernel skips the keys no row of a vector sees, so a long
+        // block costs no extra scores), else at least 64 rows.
+        int64_t tb = 0;
+        for (int64_t t = kAttnMaxRows / group; t * group >= 64 && tb == 0; --t)
+            if (t * group % 16 == 0) tb = t;
+        if (tb == 0)
+            tb = std::min(std::max<int64_t>(1, (64 + group - 1) / group),
+                          std::max<int64_t>(1, kAttnMaxRows / group));
         std::vector<std::pair<int64_t, int64_t>> blocks;  // [t0, t1)
         for (int64_t t0 = 0; t0 < n;) {
             int64_t t1 = t0 + 1;
@@ -495,14 +508,25 @@ void op_qkv_epilogue(const Node& node, const NodeData& data, ThreadPool& pool) {
             rope_table(pos[i], hd, m.rope_freq_base, cs.data());
             rope_row(q, m.n_head, hd, cs.data());
             rope_row(k, m.n_head_kv, hd, cs.data());
-            if (cells[i] < 0) continue;  // a padding token
-            store_k_row(m.kv_type, k, data.k, cells[i], n_kv);
-            store_v_row(m.kv_type, v, data.v, cells[i], n_kv);
+            if (cells[i] >= 0) store_v_row(m.kv_type, v, data.v, cells[i], n_kv);  // else padding
         }
+        // K after the range's rows: consecutive cells go in together.
+        store_k_rows(m.kv_type, y + i0 * stride + n_q, stride, cells + i0, i1 - i0, data.k, n_kv);
     });
 }
 
 }  // namespace
+
+void store_k_row(DType t, const float* src, void* region, int64_t cell, int64_t n) {
+    const int64_t first = graph::k_index(cell, 0, n);
+    if (t == DType::F32) {
+        float* dst = static_cast<float*>(region) + first;
+        for (int64_t i = 0; i < n; ++i) dst[i * graph::kKBlockCells] = src[i];
+    } else {
+        uint16_t* dst = static_cast<uint16_t*>(region) + first;
+        for (int64_t i = 0; i < n; ++i) dst[i * graph::kKBlockCells] = tensor::fp32_to_fp16(src[i]);
+    }
+}
 
 void rms_norm_row(const float* x, const float* w, float* y, int64_t n, float eps) {
     const float mean = static_cast<float>(sum_squares(x, n) / static_cast<double>(n));

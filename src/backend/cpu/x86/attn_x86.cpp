@@ -111,10 +111,22 @@ void gather_k_dims(const AttnRows& a, int64_t j0, int64_t j1, float* kt, int64_t
 // with no horizontal sum per (row, key), and the softmax runs on 16 rows at
 // once. Scores are kept key-major: st[j][row].
 
-constexpr int kKeysPerStep = 4;  // keys sharing one load of q^T[d]
+constexpr int kKeysPerStep = 4;  // keys sharing one load of q^T[d] (AVX2)
+// The same at AVX-512: with two row vectors, 16 independent FMA chains (8
+// would leave each FMA waiting on the latency of the one before).
+constexpr int kKeysPerStep512 = 8;
 // Row vectors sharing one pass of the score kernels over the keys.
 constexpr int kScoreRowVecs = 2;
 constexpr int64_t kMaxRows = kAttnMaxRows;
+
+// The most keys any of rows [r0, r1) sees. A prompt block's first rows see
+// fewer keys than its last: the kernels neither compute nor read the
+// scores of keys no row of a vector sees.
+inline int64_t rows_kv(const int32_t* row_kv, int64_t r0, int64_t r1) {
+    int32_t n = 0;
+    for (int64_t r = r0; r < r1; ++r) n = std::max(n, row_kv[r]);
+    return n;
+}
 
 // out[r] = sum_j p[j][r] * v_j for the rows of one vector block, R rows at a
 // time in registers (NV vectors each). Keys go kPvKeys at a time through
@@ -173,9 +185,9 @@ MINFER_TARGET_AVX512 void gather_v_rows(const AttnRows& a, int64_t j, int64_t ru
 
 // Scores of NR row vectors (16 rows each; qt: the first's q^T, the next
 // hd * 16 floats on; row_kv, st: from the first's rows) against keys
-// [0, n_kv_pad), kKeysPerStep keys per pass over q^T: NR x kKeysPerStep
-// independent FMA chains, enough to cover the FMA latency with two row
-// vectors (one alone leaves half the FMA slots idle). Keys at or past a
+// [0, n_kv_pad) (a multiple of kKeysPerStep512), kKeysPerStep512 keys per
+// pass over q^T: NR x kKeysPerStep512 independent FMA chains, enough to
+// cover the FMA latency with two row vectors. Keys at or past a
 // row's n_kv are -inf (and never read from memory past n_kv_max). Each
 // score is the same FMA chain over the head dimension whatever NR is.
 template <int NR>
@@ -184,22 +196,22 @@ MINFER_TARGET_AVX512 void score_rows(const float* qt, int64_t hd, const float* k
                                      float* st, int64_t st_stride) {
     constexpr int64_t B = graph::kKBlockCells;
     const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < n_kv_pad; j += kKeysPerStep) {
-        __m512 acc[NR][kKeysPerStep];
+    for (int64_t j = 0; j < n_kv_pad; j += kKeysPerStep512) {
+        __m512 acc[NR][kKeysPerStep512];
         for (int r = 0; r < NR; ++r)
-            for (int u = 0; u < kKeysPerStep; ++u) acc[r][u] = _mm512_setzero_ps();
+            for (int u = 0; u < kKeysPerStep512; ++u) acc[r][u] = _mm512_setzero_ps();
         for (int64_t d = 0; d < hd; ++d) {
             __m512 qd[NR];
             for (int r = 0; r < NR; ++r) qd[r] = _mm512_loadu_ps(qt + (r * hd + d) * 16);
-            const float* kd = kt + (j / B * hd + d) * B + j % B;  // 4 keys of one block
-            for (int u = 0; u < kKeysPerStep; ++u) {
+            const float* kd = kt + (j / B * hd + d) * B + j % B;  // 8 keys of one block
+            for (int u = 0; u < kKeysPerStep512; ++u) {
                 const __m512 k = _mm512_set1_ps(kd[u]);
                 for (int r = 0; r < NR; ++r) acc[r][u] = _mm512_fmadd_ps(qd[r], k, acc[r][u]);
             }
         }
         for (int r = 0; r < NR; ++r) {
             const __m512i lane_kv = _mm512_loadu_si512(row_kv + r * 16);
-            for (int u = 0; u < kKeysPerStep; ++u) {
+            for (int u = 0; u < kKeysPerStep512; ++u) {
                 const __mmask16 live = _mm512_cmpgt_epi32_mask(
                     lane_kv, _mm512_set1_epi32(static_cast<int32_t>(j + u)));
                 _mm512_storeu_ps(st + (j + u) * st_stride + r * 16,
@@ -213,7 +225,7 @@ MINFER_TARGET_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
     const int64_t hd = a.hd, rows = a.n_tokens * a.group, nrv = (rows + 15) / 16;
     int64_t n_kv_max = 0;
     for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
-    const int64_t n_kv_pad = (n_kv_max + kKeysPerStep - 1) / kKeysPerStep * kKeysPerStep;
+    const int64_t n_kv_pad = (n_kv_max + kKeysPerStep512 - 1) / kKeysPerStep512 * kKeysPerStep512;
     // scratch: q^T [nrv][hd][16] | scores [n_kv_pad][nrv * 16] | row n_kv [nrv * 16]
     // | K as floats in blocks of 32 keys, each dim-major [hd][32] (as the
     // cache holds them) | V rows as floats [n_kv_pad][hd]
@@ -239,21 +251,25 @@ MINFER_TARGET_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
     }
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int64_t rv = 0; rv < nrv; rv += kScoreRowVecs) {
-        const auto scores = nrv - rv >= kScoreRowVecs ? &score_rows<kScoreRowVecs> : &score_rows<1>;
-        scores(qt + rv * hd * 16, hd, kt, row_kv + rv * 16, n_kv_pad, a.scale, st + rv * 16,
+        const int64_t nv = std::min<int64_t>(kScoreRowVecs, nrv - rv);
+        const auto scores = nv == kScoreRowVecs ? &score_rows<kScoreRowVecs> : &score_rows<1>;
+        const int64_t n_pad = (rows_kv(row_kv, rv * 16, (rv + nv) * 16) + kKeysPerStep512 - 1) /
+                              kKeysPerStep512 * kKeysPerStep512;
+        scores(qt + rv * hd * 16, hd, kt, row_kv + rv * 16, n_pad, a.scale, st + rv * 16,
                st_stride);
     }
     for (int64_t rv = 0; rv < nrv; ++rv) {
+        const int64_t n_kv_rv = rows_kv(row_kv, rv * 16, rv * 16 + 16);
         // Softmax down each lane: the maximum, exp(s - max) with the sum of
         // each 16 keys in float then in double (as ggml's softmax), and
         // the probabilities (rounded to f16 for an f16 V, as ggml).
         __m512 mx = ninf;
-        for (int64_t j = 0; j < n_kv_max; ++j)
+        for (int64_t j = 0; j < n_kv_rv; ++j)
             mx = _mm512_max_ps(mx, _mm512_loadu_ps(st + j * st_stride + rv * 16));
         __m512d sum_lo = _mm512_setzero_pd(), sum_hi = _mm512_setzero_pd();
-        for (int64_t j0 = 0; j0 < n_kv_max; j0 += 16) {
+        for (int64_t j0 = 0; j0 < n_kv_rv; j0 += 16) {
             __m512 part = _mm512_setzero_ps();
-            for (int64_t j = j0; j < std::min(n_kv_max, j0 + 16); ++j) {
+            for (int64_t j = j0; j < std::min(n_kv_rv, j0 + 16); ++j) {
                 float* sj = st + j * st_stride + rv * 16;
                 const __m512 e = simd::exp_ps(_mm512_sub_ps(_mm512_loadu_ps(sj), mx));
                 _mm512_storeu_ps(sj, e);
@@ -266,7 +282,7 @@ MINFER_TARGET_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
         const __m512 inv =
             _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(_mm512_div_pd(one, sum_lo))),
                                _mm512_cvtpd_ps(_mm512_div_pd(one, sum_hi)), 1);
-        for (int64_t j = 0; j < n_kv_max; ++j) {
+        for (int64_t j = 0; j < n_kv_rv; ++j) {
             float* sj = st + j * st_stride + rv * 16;
             __m512 p = _mm512_mul_ps(_mm512_loadu_ps(sj), inv);
             if (a.f16) p = round_f16(p);
@@ -446,8 +462,10 @@ MINFER_TARGET_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
         const int64_t n = std::min(kKeyBlock, n_kv_pad - j0);
         const float* kt = key_block_dims(a, j0, n, n_kv_max, buf);
         for (int64_t rv = 0; rv < nrv; rv += kScoreRowVecs) {
-            const auto scores = nrv - rv >= kScoreRowVecs ? &rows_scores_block_avx2<kScoreRowVecs>
-                                                          : &rows_scores_block_avx2<1>;
+            const int64_t nv = std::min<int64_t>(kScoreRowVecs, nrv - rv);
+            if (j0 >= rows_kv(row_kv, rv * 8, (rv + nv) * 8)) continue;
+            const auto scores = nv == kScoreRowVecs ? &rows_scores_block_avx2<kScoreRowVecs>
+                                                    : &rows_scores_block_avx2<1>;
             scores(qt + rv * hd * 8, hd, kt, j0, n, row_kv + rv * 8, a.scale, st + rv * 8,
                    st_stride);
         }
@@ -455,14 +473,15 @@ MINFER_TARGET_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t rv = 0; rv < nrv; ++rv) {
         float* stv = st + rv * 8;
+        const int64_t n_kv_rv = rows_kv(row_kv, rv * 8, rv * 8 + 8);
         // Softmax down each lane, as attn_rows_avx512.
         __m256 mx = ninf;
-        for (int64_t j = 0; j < n_kv_max; ++j)
+        for (int64_t j = 0; j < n_kv_rv; ++j)
             mx = _mm256_max_ps(mx, _mm256_loadu_ps(stv + j * st_stride));
         __m256d sum_lo = _mm256_setzero_pd(), sum_hi = _mm256_setzero_pd();
-        for (int64_t j0 = 0; j0 < n_kv_max; j0 += 16) {
+        for (int64_t j0 = 0; j0 < n_kv_rv; j0 += 16) {
             __m256 part = _mm256_setzero_ps();
-            for (int64_t j = j0; j < std::min(n_kv_max, j0 + 16); ++j) {
+            for (int64_t j = j0; j < std::min(n_kv_rv, j0 + 16); ++j) {
                 float* sj = stv + j * st_stride;
                 const __m256 e = simd::exp8_ps(_mm256_sub_ps(_mm256_loadu_ps(sj), mx));
                 _mm256_storeu_ps(sj, e);
@@ -475,7 +494,7 @@ MINFER_TARGET_AVX2 void attn_rows_avx2(const AttnRows& a, float* scratch) {
         const __m256 inv = _mm256_insertf128_ps(
             _mm256_castps128_ps256(_mm256_cvtpd_ps(_mm256_div_pd(one, sum_lo))),
             _mm256_cvtpd_ps(_mm256_div_pd(one, sum_hi)), 1);
-        for (int64_t j = 0; j < n_kv_max; ++j) {
+        for (int64_t j = 0; j < n_kv_rv; ++j) {
             float* sj = stv + j * st_stride;
             __m256 p = _mm256_mul_ps(_mm256_loadu_ps(sj), inv);
             if (a.f16) p = round_f16_8(p);
@@ -819,6 +838,56 @@ void attn_rows_avx2_level(const AttnRows& a, float* scratch) {
 }
 
 }  // namespace
+
+// ---- K rows into the cache (attn.h: StoreKCellsFn) ----
+// 8 rows x 8 elements through an 8 x 8 transpose: a vector per element
+// holds its 8 cells, which the K layout keeps side by side. An f16 cache
+// takes vcvtps2ph (round to nearest even, as fp32_to_fp16) with a NaN
+// made fp32_to_fp16's quiet NaN (sign | 0x7E00) instead of the payload
+// vcvtps2ph keeps.
+MINFER_TARGET_AVX2 void store_k_cells_avx2(tensor::DType kv_type, const float* src,
+                                           int64_t src_stride, int64_t n, void* region,
+                                           int64_t cell0, int64_t n_kv) {
+    const bool f16 = kv_type == tensor::DType::F16;
+    int64_t r0 = 0;
+    if (n_kv % 8 == 0)
+        for (; r0 + 8 <= n; r0 += 8) {
+            const int64_t first = graph::k_index(cell0 + r0, 0, n_kv);
+            for (int64_t e0 = 0; e0 < n_kv; e0 += 8) {
+                __m256i v[8];
+                for (int i = 0; i < 8; ++i)
+                    v[i] = _mm256_castps_si256(_mm256_loadu_ps(src + (r0 + i) * src_stride + e0));
+                simd::transpose8x8(v);
+                for (int l = 0; l < 8; ++l) {
+                    const int64_t at = first + (e0 + l) * graph::kKBlockCells;
+                    const __m256 x = _mm256_castsi256_ps(v[l]);
+                    if (!f16) {
+                        _mm256_storeu_ps(static_cast<float*>(region) + at, x);
+                        continue;
+                    }
+                    __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+                    if (!_mm256_testz_ps(nan, nan)) {
+                        const __m128i sign =
+                            _mm_and_si128(h, _mm_set1_epi16(static_cast<short>(0x8000)));
+                        const __m128i quiet = _mm_or_si128(sign, _mm_set1_epi16(0x7E00));
+                        const __m128i mask =
+                            _mm_packs_epi32(_mm256_castsi256_si128(_mm256_castps_si256(nan)),
+                                            _mm256_extracti128_si256(_mm256_castps_si256(nan), 1));
+                        h = _mm_blendv_epi8(h, quiet, mask);
+                    }
+                    _mm_storeu_si128(
+                        reinterpret_cast<__m128i*>(static_cast<uint16_t*>(region) + at), h);
+                }
+            }
+        }
+    for (; r0 < n; ++r0) store_k_row(kv_type, src + r0 * src_stride, region, cell0 + r0, n_kv);
+}
+
+StoreKCellsFn store_k_cells_at(IsaLevel level) {
+    if (level == IsaLevel::Avx512 || level == IsaLevel::Avx2) return store_k_cells_avx2;
+    return nullptr;
+}
 
 AttnRowsFn attn_rows_at(IsaLevel level) {
     if (level == IsaLevel::Avx512) return attn_rows_avx512_level;
