@@ -63,19 +63,24 @@ MINFER_TARGET_AVX512 inline __m512i byte_of(const __m512i v[2], int j) {
 
 // Q6_K half h, quad k of 16 rows from the three vectors at u3 (ql dwords
 // 16h + k and 16h + 8 + k, qh dword 8h + k): q[u] = the quad of elements
-// 128h + 32u + 4k, unsigned 6-bit (0..63).
-MINFER_TARGET_AVX512 inline __m512i q6_K_high(__m512i hb, int shift) {  // 2 bits, moved to bits 4-5
-    return _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, shift), _mm512_set1_epi8(3)),
-                             4);
+// 128h + 32u + 4k, unsigned 6-bit (0..63). Each byte is a select (vpternlogd
+// 0xCA: bits 0-3 from the low nibbles' vector, bits 4-7 from the high
+// bits' one), so the high bits need only be shifted into bits 4-5 with
+// bits 6-7 clear: qh masked to bits 0-1 and 4-5 (for u = 0, 2) or 2-3 and
+// 6-7 (u = 1, 3) once, then one shift each; what a 32-bit shift carries
+// across bytes lands in bits the select or the mask drops.
+MINFER_TARGET_AVX512 inline __m512i nibble_select(__m512i lo, __m512i hi) {
+    return _mm512_ternarylogic_epi32(_mm512_set1_epi8(0xF), lo, hi, 0xCA);
 }
 MINFER_TARGET_AVX512 inline void q6_K_quads(const uint8_t* u3, __m512i q[4]) {
-    const __m512i m4 = _mm512_set1_epi8(0xF);
     const __m512i la = _mm512_loadu_si512(u3), lb = _mm512_loadu_si512(u3 + 64),
                   hb = _mm512_loadu_si512(u3 + 128);
-    q[0] = _mm512_or_si512(_mm512_and_si512(la, m4), q6_K_high(hb, 0));
-    q[1] = _mm512_or_si512(_mm512_and_si512(lb, m4), q6_K_high(hb, 2));
-    q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(la, 4), m4), q6_K_high(hb, 4));
-    q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lb, 4), m4), q6_K_high(hb, 6));
+    const __m512i ha = _mm512_and_si512(hb, _mm512_set1_epi8(0x33)),
+                  hc = _mm512_and_si512(hb, _mm512_set1_epi8(static_cast<char>(0xCC)));
+    q[0] = nibble_select(la, _mm512_slli_epi32(ha, 4));
+    q[1] = nibble_select(lb, _mm512_slli_epi32(hc, 2));
+    q[2] = nibble_select(_mm512_srli_epi32(la, 4), ha);
+    q[3] = nibble_select(_mm512_srli_epi32(lb, 4), _mm512_srli_epi32(hc, 2));
 }
 
 // The int8 scale of Q6_K group g (0..15) of 16 rows, sign-extended to int32

@@ -239,6 +239,7 @@ MINFER_TARGET_AVX512_VNNI void group_dot_q4_K_nt(int64_t n, const void* vw, cons
         __m512 sum[NT];
         for (int t = 0; t < NT; ++t) sum[t] = _mm512_setzero_ps();
         const uint8_t* qs = blk + 256;
+#pragma GCC unroll 4
         for (int c = 0; c < 4; ++c) {  // 64 elements: sub-blocks 2c, 2c + 1
             __m512i s2[NT][2];
             for (int t = 0; t < NT; ++t) s2[t][0] = s2[t][1] = _mm512_setzero_si512();
@@ -363,7 +364,9 @@ MINFER_TARGET_AVX512_VNNI void group_dot_q6_K(int64_t n, const void* vw, const v
         prefetch_ahead(blk, 16 * sizeof(block_q6_K));
         const uint8_t* sc = blk + 3072;
         __m512i gs[16];  // the integer sum of each group
+#pragma GCC unroll 2
         for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
             for (int kk = 0; kk < 2; ++kk) {
                 // groups 8h + kk + {0, 2, 4, 6}
                 __m512i g[4];
