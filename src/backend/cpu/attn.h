@@ -80,14 +80,14 @@ constexpr int64_t kAttnMaxRows = 128;
 size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd);
 void attn_rows_simd(const AttnRows& a, float* scratch);
 
-// K rows of n consecutive cells [cell0, cell0 + n) of one K block into the
-// cache's K layout (ir/kv_layout.h; row i at src + i * src_stride, n_kv
-// elements each, stored as kv_type F32 or F16 with tensor::fp32_to_fp16's
-// bits). One cell's elements lie kKBlockCells apart, so a row alone writes
-// n_kv cache lines; the SIMD levels transpose 8 rows at a time and write 8
-// cells of an element at once.
-// One K row of cell `cell`, element by element (every level's fallback).
+// One K row (n_kv floats at src) into cell `cell` of the cache's K layout
+// (ir/kv_layout.h), stored as kv_type F32 or F16 (tensor::fp32_to_fp16's
+// bits), element by element: every level's fallback.
 void store_k_row(tensor::DType kv_type, const float* src, void* region, int64_t cell, int64_t n_kv);
+// The K rows of n consecutive cells [cell0, cell0 + n) of one K block, row
+// i at src + i * src_stride, with store_k_row's bytes. One cell's elements
+// lie kKBlockCells apart, so a row alone writes n_kv cache lines; the SIMD
+// levels transpose 8 rows at a time and write 8 cells of an element at once.
 using StoreKCellsFn = void (*)(tensor::DType kv_type, const float* src, int64_t src_stride,
                                int64_t n, void* region, int64_t cell0, int64_t n_kv);
 // The level's entry (kernel_table.h); nullptr: row by row.
