@@ -380,7 +380,7 @@ TEST(CpuAttn, PositionPastContextThrowsAndWritesNothing) {
 
 // The level's K store of runs of consecutive cells (attn.h: store_k_cells,
 // 8 rows at a time through a transpose on x86-64) writes the bytes
-// store_k_row writes row by row: into F32 and F16 caches, runs of 1 to 20
+// store_k_row writes row by row: into F32 and F16 caches, runs of 1 to 32
 // cells at offsets inside a K block, rows of a width that is a multiple of
 // 8 and of one that is not, and values an f16 rounds, overflows, makes
 // subnormal or NaN of either sign.

@@ -14,8 +14,8 @@ namespace minfer::cpu {
 size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd) {
     // q^T, scores, key counts, K and V rows as floats (the AVX-512 kernel
     // gathers them all; the AVX2 one converts a block of 32 keys at a time)
-    // (keys padded to a whole score step: 8 keys at AVX-512, 4 at AVX2)
-    const int64_t lanes = (rows + 15) / 16 * 16, n_kv_pad = (n_kv_max + 7) / 8 * 8;
+    const int64_t lanes = (rows + 15) / 16 * 16,
+                  n_kv_pad = (n_kv_max + kAttnMaxKeyStep - 1) / kAttnMaxKeyStep * kAttnMaxKeyStep;
     const int64_t k_blocks = (n_kv_max + graph::kKBlockCells - 1) / graph::kKBlockCells;
     return static_cast<size_t>(
         lanes * hd + n_kv_pad * lanes + lanes +

@@ -76,6 +76,10 @@ void for_each_kv_run(const AttnRows& a, int64_t j0, int64_t j1, Fn&& fn) {
 }
 // At most this many rows (n_tokens * group) per call.
 constexpr int64_t kAttnMaxRows = 128;
+// The score kernels take a call's keys a few at a time and pad its key
+// count to a whole step; the scratch holds keys padded to this, a multiple
+// of every kernel's step.
+constexpr int64_t kAttnMaxKeyStep = 8;
 // Floats of scratch attn_rows_simd needs.
 size_t attn_rows_scratch_floats(int64_t rows, int64_t n_kv_max, int64_t hd);
 void attn_rows_simd(const AttnRows& a, float* scratch);

@@ -1,10 +1,10 @@
 // The kernels of one ISA level (isa.h), side by side: the dot product per
 // weight type, the interleaved group dots, which prompt GEMM runs, the SIMD
-// attention, the K-cache store and the row helpers of vec_ops.h. Each level's table is built
-// once, in kernel_table.cpp, so the choice of every kernel family at every
-// level is read in one place; the families' entry points (vec_dot_fn,
-// group_dot_fn, gemm_name, attn_rows_simd, swiglu_row, ...) read the table
-// of the current level.
+// attention, the K-cache store and the row helpers of vec_ops.h. Each
+// level's table is built once, in kernel_table.cpp, so the choice of every
+// kernel family at every level is read in one place; the families' entry
+// points (vec_dot_fn, group_dot_fn, gemm_name, attn_rows_simd, swiglu_row,
+// ...) read the table of the current level.
 #pragma once
 
 #include <array>

@@ -115,6 +115,12 @@ constexpr int kKeysPerStep = 4;  // keys sharing one load of q^T[d] (AVX2)
 // The same at AVX-512: with two row vectors, 16 independent FMA chains (8
 // would leave each FMA waiting on the latency of the one before).
 constexpr int kKeysPerStep512 = 8;
+static_assert(kAttnMaxKeyStep % kKeysPerStep == 0 && kAttnMaxKeyStep % kKeysPerStep512 == 0,
+              "attn_rows_scratch_floats pads the keys to kAttnMaxKeyStep");
+// n keys padded to whole AVX-512 score steps.
+inline int64_t whole_steps512(int64_t n) {
+    return (n + kKeysPerStep512 - 1) / kKeysPerStep512 * kKeysPerStep512;
+}
 // Row vectors sharing one pass of the score kernels over the keys.
 constexpr int kScoreRowVecs = 2;
 constexpr int64_t kMaxRows = kAttnMaxRows;
@@ -225,7 +231,7 @@ MINFER_TARGET_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
     const int64_t hd = a.hd, rows = a.n_tokens * a.group, nrv = (rows + 15) / 16;
     int64_t n_kv_max = 0;
     for (int64_t i = 0; i < a.n_tokens; ++i) n_kv_max = std::max<int64_t>(n_kv_max, a.n_kv[i]);
-    const int64_t n_kv_pad = (n_kv_max + kKeysPerStep512 - 1) / kKeysPerStep512 * kKeysPerStep512;
+    const int64_t n_kv_pad = whole_steps512(n_kv_max);
     // scratch: q^T [nrv][hd][16] | scores [n_kv_pad][nrv * 16] | row n_kv [nrv * 16]
     // | K as floats in blocks of 32 keys, each dim-major [hd][32] (as the
     // cache holds them) | V rows as floats [n_kv_pad][hd]
@@ -253,8 +259,7 @@ MINFER_TARGET_AVX512 void attn_rows_avx512(const AttnRows& a, float* scratch) {
     for (int64_t rv = 0; rv < nrv; rv += kScoreRowVecs) {
         const int64_t nv = std::min<int64_t>(kScoreRowVecs, nrv - rv);
         const auto scores = nv == kScoreRowVecs ? &score_rows<kScoreRowVecs> : &score_rows<1>;
-        const int64_t n_pad = (rows_kv(row_kv, rv * 16, (rv + nv) * 16) + kKeysPerStep512 - 1) /
-                              kKeysPerStep512 * kKeysPerStep512;
+        const int64_t n_pad = whole_steps512(rows_kv(row_kv, rv * 16, (rv + nv) * 16));
         scores(qt + rv * hd * 16, hd, kt, row_kv + rv * 16, n_pad, a.scale, st + rv * 16,
                st_stride);
     }
