@@ -1,5 +1,7 @@
 #include "backend/cpu/gemm.h"
 
+#include <cstring>
+
 #include "backend/cpu/arm/gemm_neon.h"
 #include "backend/cpu/gemm_layout.h"
 #include "backend/cpu/isa.h"
@@ -80,37 +82,51 @@ bool gemm_supported(DType t, int64_t K) {
 }
 
 size_t gemm_act_row_bytes(DType act, int64_t K) {
-    // q [K], d per 16, and for Q8_K (mins) d * bsum per 32
-    const size_t floats =
-        static_cast<size_t>(K / kGroup) + (act == DType::Q8_K ? static_cast<size_t>(K / 32) : 0);
-    return static_cast<size_t>(K) + floats * sizeof(float);
+    // q [K], d per 16, and for Q8_K the sums (gemm.h): x86-64's int16 per
+    // 32 and int32 per 16 take more than ARM64's float per 32
+    const size_t sums = act == DType::Q8_K ? static_cast<size_t>(K / 32) * sizeof(int16_t) +
+                                                 static_cast<size_t>(K / 16) * sizeof(int32_t)
+                                           : 0;
+    return static_cast<size_t>(K) + static_cast<size_t>(K / kGroup) * sizeof(float) + sums;
 }
 
 void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
-    // vpdpbusd takes the activations unsigned (q + 128, the panel's
-    // correction takes the 128 back out); the AVX2 and ARM64 kernels
-    // (vpsignb, sdot, smmla: signed x signed) take them signed.
-    const uint8_t flip = gemm_isa() == GemmIsa::Avx512 ? 0x80 : 0;
     auto* q = static_cast<uint8_t*>(out);
     auto* d = reinterpret_cast<float*>(q + K);
-    float* bs = d + K / kGroup;
     if (act == DType::Q8_0) {
+        // vpdpbusd takes these activations unsigned (q + 128, the panel's
+        // correction takes the 128 back out); the AVX2 and ARM64 kernels
+        // (vpsignb, sdot, smmla: signed x signed) take them signed.
+        const uint8_t flip = gemm_isa() == GemmIsa::Avx512 ? 0x80 : 0;
         const auto* x = static_cast<const block_q8_0*>(row);
         for (int64_t b = 0; b < K / 32; ++b) {
             for (int j = 0; j < 32; ++j) q[32 * b + j] = static_cast<uint8_t>(x[b].qs[j]) ^ flip;
             d[2 * b] = d[2 * b + 1] = fp16_to_fp32(x[b].d);
         }
-    } else {
-        MINFER_ASSERT(act == DType::Q8_K);
-        const auto* x = static_cast<const block_q8_K*>(row);
-        for (int64_t b = 0; b < K / QK_K; ++b) {
-            for (int j = 0; j < QK_K; ++j)
-                q[QK_K * b + j] = static_cast<uint8_t>(x[b].qs[j]) ^ flip;
-            for (int g = 0; g < 16; ++g) d[16 * b + g] = x[b].d;
-            for (int g = 0; g < 8; ++g)
-                bs[8 * b + g] = static_cast<float>(x[b].bsums[2 * g] + x[b].bsums[2 * g + 1]);
-        }
+        return;
     }
+    MINFER_ASSERT(act == DType::Q8_K);
+    const auto* x = static_cast<const block_q8_K*>(row);
+    for (int64_t b = 0; b < K / QK_K; ++b) {
+        std::memcpy(q + QK_K * b, x[b].qs, QK_K);
+        for (int g = 0; g < 16; ++g) d[16 * b + g] = x[b].d;
+    }
+    void* sums = d + K / kGroup;
+#ifdef MINFER_GEMM_ARM
+    auto* bs = static_cast<float*>(sums);
+    for (int64_t b = 0; b < K / QK_K; ++b)
+        for (int g = 0; g < 8; ++g)
+            bs[8 * b + g] = static_cast<float>(x[b].bsums[2 * g] + x[b].bsums[2 * g + 1]);
+#else
+    auto* s32 = static_cast<int16_t*>(sums);
+    auto* off16 = reinterpret_cast<int32_t*>(s32 + K / 32);
+    for (int64_t b = 0; b < K / QK_K; ++b)
+        for (int g = 0; g < 16; ++g) {
+            if (g % 2 == 0)
+                s32[8 * b + g / 2] = static_cast<int16_t>(x[b].bsums[g] + x[b].bsums[g + 1]);
+            off16[16 * b + g] = -32 * x[b].bsums[g];
+        }
+#endif
 }
 
 int64_t gemm_tile_rows() {

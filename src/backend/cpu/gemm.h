@@ -31,10 +31,17 @@ bool gemm_supported(tensor::DType weight, int64_t K);
 // activation type act (Q8_0 or Q8_K).
 size_t gemm_act_row_bytes(tensor::DType act, int64_t K);
 // Converts one activation row (act_type(weight) blocks, as quantize_act_row
-// made it) into the GEMM form: q [K] (uint8 q ^ 0x80 for AVX-512 VNNI,
-// whose vpdpbusd multiplies unsigned by signed; int8 q for the others),
-// float d per 16 [K/16], the sum of q per 32 as float [K/32] (Q8_K only:
-// Q8_0 rows end before it).
+// made it) into the GEMM form:
+// - q [K]: the int8 q; at the AVX-512 level, Q8_0 rows store q ^ 0x80
+//   (vpdpbusd multiplies unsigned by signed, and Q8_0 / Q4_0 / Q5_0
+//   weights are signed; the K-quants' are not, so Q8_K rows stay signed);
+// - float d per 16 [K/16];
+// - Q8_K only (Q8_0 rows end before it), the sums of q the weights'
+//   offsets and mins take. On x86-64: the sum per 32 as int16 [K/32]
+//   (Q4_K / Q5_K mins, multiplied in integers once per super-block), then
+//   -32 times the sum per 16 as int32 [K/16] (the AVX-512 Q6_K kernel
+//   starts each group's sum there). On ARM64: the sum per 32 as float
+//   [K/32].
 void gemm_pack_act(tensor::DType act, const void* row, int64_t K, void* out);
 // One float row of K straight into the GEMM form: the bytes of
 // quantize_act_row then gemm_pack_act. tmp holds one activation row of act

@@ -29,12 +29,23 @@ inline bool has_mins(tensor::DType t) {
     return t == tensor::DType::Q4_K || t == tensor::DType::Q5_K;
 }
 
+// x86-64: a super-block's mins in a panel's o (Q4_K, Q5_K): kMinPairs
+// vectors of `lanes` int32, the mins of groups 2k and 2k + 1 of each row
+// as int16 pairs (vpmaddwd's and vpdpwssd's operand, against the
+// activations' sums per 32 of those groups), then -dmin of each row as
+// float. (ARM64's o holds -dmin * min per group of 32 as float.)
+constexpr int kMinPairs = 4;
+inline int32_t* min_block(void* o, int64_t sb, int64_t lanes) {
+    return static_cast<int32_t*>(o) + sb * (kMinPairs + 1) * lanes;
+}
+
 // One panel of `lanes` weight rows as a signed micro-kernel reads them (the
 // order of the values is each kernel's own; see its file).
 struct SignedPanel {
     int8_t* v;  // [K * lanes] values
     float* s;   // [K/G][lanes] scale of each group of G elements
-    float* o;   // [K/32][lanes] -dmin * min of each 32 (Q4_K, Q5_K), else unused
+    float* o;   // [K/32][lanes] (Q4_K, Q5_K) the mins: min_block on x86-64, else
+                // -dmin * min of each 32; unused for other types
 };
 
 // Bytes of a panel at the smaller group (16): the larger of the two sizes.

@@ -82,13 +82,7 @@ MINFER_UNPACK_TARGET inline void unpack_row_portable(DType t, const uint8_t* row
                 }
                 for (int j = 0; j < 8; ++j) {
                     uint8_t scj, mj;
-                    if (j < 4) {
-                        scj = sc[j] & 63;
-                        mj = sc[j + 4] & 63;
-                    } else {
-                        scj = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-                        mj = static_cast<uint8_t>((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-                    }
+                    get_scale_min_k4(j, sc, &scj, &mj);
                     const int64_t g = 16 * b + 2 * j;
                     s[g] = s[g + 1] = d * static_cast<float>(scj);
                     m[g] = m[g + 1] = -dmin * static_cast<float>(mj);
@@ -127,13 +121,50 @@ MINFER_UNPACK_TARGET inline void unpack_row_portable(DType t, const uint8_t* row
     }
 }
 
+// The 6-bit mins of the 8 groups of super-block b of a Q4_K or Q5_K row
+// (GGUF layout), and the block's -dmin: the x86 GEMMs multiply the mins by
+// the activations' sums in integers, once a super-block, and the sum by
+// -dmin (quant_dot.cpp's k4_superblock_gemm_steps).
+MINFER_UNPACK_TARGET inline float k4_block_mins(DType t, const uint8_t* row, int64_t b,
+                                                uint8_t mins[8]) {
+    const size_t bsz = t == DType::Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const uint8_t* blk = row + static_cast<size_t>(b) * bsz;
+    f16_t hm;
+    std::memcpy(&hm, blk + 2, 2);
+    for (int j = 0; j < 8; ++j) {
+        uint8_t sc;
+        get_scale_min_k4(j, blk + 4, &sc, &mins[j]);
+    }
+    return -fp16_to_fp32(hm);
+}
+
+// Row l (of `lanes`) of a panel's mins (gemm_layout::min_block), every
+// super-block of a Q4_K or Q5_K row.
+MINFER_UNPACK_TARGET inline void k4_row_mins(DType t, const uint8_t* row, int64_t K, int64_t l,
+                                             int64_t lanes, void* o) {
+    for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+        uint8_t mins[8];
+        const float neg_dmin = k4_block_mins(t, row, sb, mins);
+        int32_t* mb = gemm_layout::min_block(o, sb, lanes);
+        for (int k = 0; k < gemm_layout::kMinPairs; ++k)
+            mb[lanes * k + l] = static_cast<int32_t>(mins[2 * k] | (mins[2 * k + 1] << 16));
+        std::memcpy(mb + lanes * gemm_layout::kMinPairs + l, &neg_dmin, 4);
+    }
+}
+
 // Rows [r0, r0 + n) of w (row stride w_row_bytes) into the common form;
 // an interleaved w (tensor/interleave.h: the AVX-512 layout) has each row
 // taken out to gguf_row first. (gemm_layout.h is included before this.)
+// on_row(l, row) sees each GGUF row after it is unpacked (the x86 GEMMs
+// take their K-quant mins from it).
+struct NoRowHook {
+    void operator()(int64_t, const uint8_t*) const {}
+};
+template <class OnRow = NoRowHook>
 MINFER_UNPACK_TARGET inline void unpack_rows_portable(DType t, bool interleaved, const uint8_t* w,
                                                       size_t w_row_bytes, int64_t K, int64_t r0,
                                                       int64_t n, const gemm_layout::RowsForm& rows,
-                                                      uint8_t* gguf_row) {
+                                                      uint8_t* gguf_row, OnRow on_row = {}) {
     for (int64_t l = 0; l < n; ++l) {
         const uint8_t* src = w + static_cast<size_t>(r0 + l) * w_row_bytes;
         if (interleaved) {
@@ -142,5 +173,6 @@ MINFER_UNPACK_TARGET inline void unpack_rows_portable(DType t, bool interleaved,
         }
         unpack_row_portable(t, src, K, rows.v + l * K, rows.s + l * (K / 16),
                             rows.m + l * (K / 16));
+        on_row(l, src);
     }
 }

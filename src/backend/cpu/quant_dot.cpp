@@ -331,22 +331,23 @@ MINFER_LEVEL_VARIANTS(float, dot_q3_K, (int64_t n, const void* vw, const void* v
 // Q4_K and Q5_K share the super-block arithmetic once unpacked to int8:
 // 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min (the min
 // times the activations' sums, from Q8_K's bsums).
-// x86 steps (kGemmSteps), sub-block by sub-block: cvt(sum) times d *
-// scale, then -(dmin * min) times the activations' sum, into a super-block
-// sum that the caller multiplies by the activation scale once.
+// x86 steps (kGemmSteps): sub-block by sub-block, cvt(sum) times d *
+// scale into a super-block sum; then the mins times the activations' sums,
+// summed in integers, times -dmin, added once; the caller multiplies the
+// sum by the activation scale.
 template <typename Block>
 MINFER_INLINE float k4_superblock_gemm_steps(const Block& x, const block_q8_K& y, const int8_t* a) {
-    const float d = h2f(x.d), dmin = h2f(x.dmin);
+    const float d = h2f(x.d), neg_dmin = -h2f(x.dmin);
     float sum = 0;
+    int32_t mins = 0;
     for (int j = 0; j < 8; ++j) {
         uint8_t sc, m;
         get_scale_min_k4(j, x.scales, &sc, &m);
         const int isum = dot_i8<32>(a + 32 * j, y.qs + 32 * j);
-        const float o = 0.0f - dmin * static_cast<float>(m);
         sum = std::fma(static_cast<float>(isum), d * static_cast<float>(sc), sum);
-        sum = std::fma(o, static_cast<float>(y.bsums[2 * j] + y.bsums[2 * j + 1]), sum);
+        mins += m * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
     }
-    return sum;
+    return std::fma(static_cast<float>(mins), neg_dmin, sum);
 }
 // ggml's steps: the scales and mins summed in integers, then two products.
 template <typename Block>
@@ -617,15 +618,16 @@ void quantize_q8_K_row(const float* x, block_q8_K* y, int64_t n) {
 
 #ifdef MINFER_X86_SIMD
 // quantize_q8_K_row_body's q, d and bsums written straight into the
-// AVX-512 GEMM's activation form (gemm.h: q ^ 0x80, d per 16, the sum of
-// q per 32 as float), 64 elements a step: the same float steps per element
-// (x * iscale, then + the magic number of nearest_int, no FMA), the same
-// truncation to int8, so the same bytes as the two steps, without the
-// intermediate row. The sums come from the stored bytes: sad_epu8 adds
-// q ^ 0x80 = q + 128 per 8 bytes.
+// x86-64 GEMM's activation form (gemm.h: q, d per 16, the sum of q per 32
+// as int16, -32 times the sum per 16 as int32), 64 elements a step: the
+// same float steps per element (x * iscale, then + the magic number of
+// nearest_int, no FMA), the same truncation to int8, so the same bytes as
+// the two steps, without the intermediate row. The sums come from the
+// stored bytes: sad_epu8 adds q ^ 0x80 = q + 128 per 8 bytes.
 MINFER_TARGET_V4 void quantize_q8_K_row_gemm_v4(const float* x, uint8_t* out, int64_t n) {
     auto* d = reinterpret_cast<float*>(out + n);
-    float* bs = d + n / 16;
+    auto* s32 = reinterpret_cast<int16_t*>(d + n / 16);
+    auto* off16 = reinterpret_cast<int32_t*>(s32 + n / 32);
     const __m512 magic = _mm512_set1_ps(12582912.f);
     const __m512i mant = _mm512_set1_epi32(0x007fffff), half = _mm512_set1_epi32(0x00400000),
                   top = _mm512_set1_epi32(127), flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -633,9 +635,10 @@ MINFER_TARGET_V4 void quantize_q8_K_row_gemm_v4(const float* x, uint8_t* out, in
         uint8_t* q = out + ib * QK_K;
         const BlockPeak peak = block_peak_v4(x);
         if (peak.amax == 0.0f) {
-            std::memset(q, 0x80, QK_K);
+            std::memset(q, 0, QK_K);
             for (int g = 0; g < QK_K / 16; ++g) d[ib * 16 + g] = 0.0f;
-            for (int g = 0; g < QK_K / 32; ++g) bs[ib * 8 + g] = 0.0f;
+            for (int g = 0; g < QK_K / 32; ++g) s32[ib * 8 + g] = 0;
+            for (int g = 0; g < QK_K / 16; ++g) off16[ib * 16 + g] = 0;
             continue;
         }
         const float iscale = -127.f / x[peak.first];
@@ -654,15 +657,18 @@ MINFER_TARGET_V4 void quantize_q8_K_row_gemm_v4(const float* x, uint8_t* out, in
             bytes = _mm512_inserti32x4(bytes, b[1], 1);
             bytes = _mm512_inserti32x4(bytes, b[2], 2);
             bytes = _mm512_inserti32x4(bytes, b[3], 3);
-            bytes = _mm512_xor_si512(bytes, flip);
             _mm512_storeu_si512(q + j, bytes);
             alignas(64) uint64_t s8[8];  // sums of q + 128 per 8 bytes
-            _mm512_store_si512(s8, _mm512_sad_epu8(bytes, _mm512_setzero_si512()));
-            for (int h = 0; h < 2; ++h) {
-                const int64_t sum = static_cast<int64_t>(s8[4 * h] + s8[4 * h + 1] + s8[4 * h + 2] +
-                                                         s8[4 * h + 3]) -
-                                    32 * 128;
-                bs[ib * 8 + j / 32 + h] = static_cast<float>(sum);
+            _mm512_store_si512(
+                s8, _mm512_sad_epu8(_mm512_xor_si512(bytes, flip), _mm512_setzero_si512()));
+            for (int h = 0; h < 4; ++h) {  // the 4 groups of 16 of these 64
+                const auto sum16 = static_cast<int32_t>(s8[2 * h] + s8[2 * h + 1]) - 16 * 128;
+                off16[ib * 16 + j / 16 + h] = -32 * sum16;
+                if (h % 2 == 1) {
+                    const auto prev =
+                        static_cast<int32_t>(s8[2 * h - 2] + s8[2 * h - 1]) - 16 * 128;
+                    s32[ib * 8 + j / 32 + h / 2] = static_cast<int16_t>(prev + sum16);
+                }
             }
         }
         for (int g = 0; g < QK_K / 16; ++g) d[ib * 16 + g] = dd;

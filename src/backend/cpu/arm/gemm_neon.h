@@ -28,7 +28,7 @@ int64_t gemm_tile_rows();
 // Per-thread scratch gemm_rows needs for rows of K.
 size_t gemm_scratch_bytes(int64_t K);
 // As cpu::gemm_rows (gemm.h), with activation rows whose q are signed
-// (gemm_pack_act without the ^ 0x80 of the VNNI path).
+// (gemm_pack_act without the ^ 0x80 of the AVX-512 level's Q8_0 rows).
 void gemm_rows(tensor::DType wtype, bool interleaved, const uint8_t* w, size_t w_row_bytes,
                int64_t K, int64_t r0, int64_t r1, const uint8_t* act, size_t act_stride,
                int64_t n_tokens, float* out, int64_t out_stride, void* scratch);

@@ -213,10 +213,11 @@ MINFER_TARGET_AVX512_BITALG void group_dot_q5_0(int64_t n, const void* vw, const
 // row: dword 8c + k holds elements 64c + 4k.. (sub-block 2c) in its low
 // nibbles and 64c + 32 + 4k.. (sub-block 2c + 1) in its high. The integer
 // sum of each sub-block is exact; the float steps are those of the AVX-512
-// GEMM (gemm_avx512.cpp's micro_k), sub-block by sub-block: cvt(sum) times d *
-// scale, then -dmin * min times the activations' sum, into a block sum
-// that takes the activation scale once. So a token's outputs are bitwise
-// the same alone (here) and in a batch (the GEMM).
+// GEMM (gemm_avx512.cpp's micro_k): sub-block by sub-block cvt(sum) times
+// d * scale into a block sum, then the mins times the activations' sums,
+// summed in integers, times -dmin, and the block sum takes the activation
+// scale once. So a token's outputs are bitwise the same alone (here) and
+// in a batch (the GEMM).
 // NT tokens at once (the activation rows a + t * a_stride, outputs out + t *
 // out_stride): each weight vector is loaded and unpacked once for all of
 // them, and the NT chains of vpdpbusd are independent (one token's chain
@@ -259,19 +260,28 @@ MINFER_TARGET_AVX512_VNNI void group_dot_q4_K_nt(int64_t n, const void* vw, cons
             for (int h = 0; h < 2; ++h) {
                 const int j = 2 * c + h;  // the sub-block
                 const __m512 s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(interleaved::byte_of(sc, j)));
-                const __m512 o = _mm512_sub_ps(
-                    _mm512_setzero_ps(),
-                    _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(interleaved::byte_of(mn, j))));
-                for (int t = 0; t < NT; ++t) {
-                    const auto bsum =
-                        static_cast<float>(y[t][i].bsums[2 * j] + y[t][i].bsums[2 * j + 1]);
+                for (int t = 0; t < NT; ++t)
                     sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[t][h]), s, sum[t]);
-                    sum[t] = _mm512_fmadd_ps(o, _mm512_set1_ps(bsum), sum[t]);
-                }
             }
         }
-        for (int t = 0; t < NT; ++t)
+        // The mins: per sub-block j, min j (in both int16 halves of a lane)
+        // against the activations' two sums per 16 (one dword of bsums).
+        __m512i mins[NT];
+        for (int t = 0; t < NT; ++t) mins[t] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; ++j) {
+            const __m512i m = interleaved::byte_of(mn, j);
+            const __m512i m2 = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+            for (int t = 0; t < NT; ++t) {
+                int32_t s2;
+                std::memcpy(&s2, y[t][i].bsums + 2 * j, 4);
+                mins[t] = _mm512_dpwssd_epi32(mins[t], m2, _mm512_set1_epi32(s2));
+            }
+        }
+        const __m512 neg_dmin = _mm512_xor_ps(dmin, _mm512_set1_ps(-0.0f));
+        for (int t = 0; t < NT; ++t) {
+            sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins[t]), neg_dmin, sum[t]);
             acc[t] = _mm512_fmadd_ps(sum[t], _mm512_set1_ps(y[t][i].d), acc[t]);
+        }
     }
     for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * out_stride, acc[t]);
 }

@@ -42,6 +42,8 @@ constexpr int kMR = MINFER_GEMM2_R, kMT = MINFER_GEMM2_T;
 static_assert(kPanels % kMR == 0);
 
 using gemm_layout::has_mins;
+using gemm_layout::kMinPairs;
+using gemm_layout::min_block;
 using gemm_layout::RowsForm;
 
 // One panel: 8 weight rows in the form the micro-kernel reads. Values are
@@ -49,7 +51,7 @@ using gemm_layout::RowsForm;
 // load gives 4 values of every row, and vpmaddubsw + vpmaddwd against 4
 // activation bytes broadcast to all lanes add their products into each
 // row's own lane: no horizontal sums.
-using Panel = gemm_layout::SignedPanel;  // v [K/4][8][4], s [K/G][8], o [K/32][8]
+using Panel = gemm_layout::SignedPanel;  // v [K/4][8][4], s [K/G][8], o: min_block
 
 // Most quads whose int16 pair sums can be added before vpmaddwd widens
 // them: each pair sum is at most 2 * max|w| * 127, and D of them must stay
@@ -82,7 +84,11 @@ MINFER_TARGET_AVX2 void fill_panel(DType t, bool interleaved, const uint8_t* w, 
                                    int64_t K, int64_t G, int64_t r0, int64_t r1, const Panel& p,
                                    const RowsForm& rows, uint8_t* gguf_row) {
     const int64_t n = r1 - r0;
-    unpack_rows_portable(t, interleaved, w, w_row_bytes, K, r0, n, rows, gguf_row);
+    if (has_mins(t)) std::memset(p.o, 0, static_cast<size_t>(K / QK_K) * (kMinPairs + 1) * 32);
+    unpack_rows_portable(t, interleaved, w, w_row_bytes, K, r0, n, rows, gguf_row,
+                         [&](int64_t l, const uint8_t* row) {
+                             if (has_mins(t)) k4_row_mins(t, row, K, l, kLanes, p.o);
+                         });
     for (int64_t q0 = 0; q0 < K / 4; q0 += 8) {
         __m256i r[8];
         for (int l = 0; l < 8; ++l)
@@ -97,10 +103,6 @@ MINFER_TARGET_AVX2 void fill_panel(DType t, bool interleaved, const uint8_t* w, 
     for (int64_t g = 0; g < K / G; ++g)
         for (int64_t l = 0; l < 8; ++l)
             p.s[g * 8 + l] = l < n ? rows.s[l * (K / kGroup) + g * G / kGroup] : 0.0f;
-    if (has_mins(t))
-        for (int64_t g = 0; g < K / 32; ++g)
-            for (int64_t l = 0; l < 8; ++l)
-                p.o[g * 8 + l] = l < n ? rows.m[l * (K / kGroup) + 2 * g] : 0.0f;
 }
 
 // Stores 8 floats, or the first `lanes` of them.
@@ -115,8 +117,10 @@ MINFER_TARGET_AVX2 inline void store_lanes(float* o, __m256 v, int lanes) {
 }
 
 // Where the micro-kernels read the weights: quad(i, k) is quad k of the
-// 8 rows of panel i (one row per 32-bit lane), scale(i, g) and mins(i, g)
-// group g's scales and mins of those rows, as floats.
+// 8 rows of panel i (one row per 32-bit lane), scale(i, g) group g's
+// scales of those rows as floats; with mins, min_pair(i, sb, k) the mins
+// of groups 2k, 2k + 1 of super-block sb as int16 pairs and neg_dmin(i,
+// sb) its -dmin (gemm_layout::min_block).
 //
 // Panels that fill_panel wrote (every type, every layout).
 struct PanelSource {
@@ -127,8 +131,13 @@ struct PanelSource {
     MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
         return _mm256_loadu_ps(p[i].s + 8 * g);
     }
-    MINFER_TARGET_AVX2 __m256 mins(int i, int64_t g) const {
-        return _mm256_loadu_ps(p[i].o + 8 * g);
+    MINFER_TARGET_AVX2 __m256i min_pair(int i, int64_t sb, int k) const {
+        return _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(min_block(p[i].o, sb, kLanes) + kLanes * k));
+    }
+    MINFER_TARGET_AVX2 __m256 neg_dmin(int i, int64_t sb) const {
+        return _mm256_loadu_ps(
+            reinterpret_cast<const float*>(min_block(p[i].o, sb, kLanes) + kLanes * kMinPairs));
     }
     // A panel was just written: it is in the cache.
     void prefetch_block(int, int64_t) const {}
@@ -179,6 +188,16 @@ MINFER_TARGET_AVX2 inline __m256i byte_of_lanes(__m256i v, int k) {
         v, _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(0), at(1), at(2), at(3)));
 }
 
+// Bytes k and k + 1 (k = 0, 2) of each 32-bit lane of v, as the lane's
+// two int16 (a Q4_K min pair).
+MINFER_TARGET_AVX2 inline __m256i byte_pair_of_lanes(__m256i v, int k) {
+    const auto at = [k](int l) {
+        return static_cast<int>(0x80008000u | (4 * l + k) | (4 * l + k + 1) << 16);
+    };
+    return _mm256_shuffle_epi8(
+        v, _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(0), at(1), at(2), at(3)));
+}
+
 // Q6_K's quad u (0..3) of a (half, quad) triple, unsigned (0..63): the
 // low (u < 2) or high nibbles of ql (the first ql dword for even u, the
 // second for odd), with qh bits 2u, 2u + 1 on top.
@@ -209,7 +228,6 @@ struct Q8_0GroupSource : GroupBase<16 * sizeof(block_q8_0)> {
         const uint8_t* d = block(i, g) + 16 * half(i);
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d)));
     }
-    MINFER_TARGET_AVX2 __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
 };
 
 // Q5_0's fifth bits, one row per 32-bit lane of qh. Bits 4q .. 4q + 3 (quad
@@ -249,7 +267,6 @@ struct Q5_0GroupSource : GroupBase<16 * sizeof(block_q5_0)> {
         const uint8_t* d = block(i, g) + 16 * half(i);
         return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d)));
     }
-    MINFER_TARGET_AVX2 __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
 };
 
 // Q5_0 and the K-quants need unpacking, so the GEMM writes them into panels
@@ -259,7 +276,7 @@ struct Q5_0GroupSource : GroupBase<16 * sizeof(block_q5_0)> {
 // dmin (f16), the 12 scale bytes as 3 dword units, then 32 qs dword units:
 // unit 8c + q holds elements 64c + 4q.. (group 2c) in its low nibbles and
 // 64c + 32 + 4q.. (group 2c + 1) in its high. Values 0..15 (the mins kept
-// apart), scales d * sc and mins -dmin * m as gemm_unpack.h has them.
+// apart) and scales d * sc as gemm_unpack.h has them.
 struct Q4_KGroupSource : GroupBase<16 * sizeof(block_q4_K)> {
     MINFER_TARGET_AVX2 __m256i quad(int i, int64_t k) const {
         const int64_t sb = k / 64, j = k % 64 / 8, q = k % 8;  // super-block, group, quad
@@ -287,20 +304,20 @@ struct Q4_KGroupSource : GroupBase<16 * sizeof(block_q4_K)> {
         b[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
                                _mm256_and_si256(_mm256_srli_epi32(u1, 2), top));
     }
-    // The 6-bit scale (or min) of group j of super-block sb in each lane.
-    MINFER_TARGET_AVX2 __m256i six_bits(int i, int64_t sb, int j, bool min) const {
+    MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
+        __m256i b[4];
+        six_bit_bytes(i, g / 8, b);
+        const int j = static_cast<int>(g % 8);
+        return _mm256_mul_ps(halves(i, g / 8, 0),
+                             _mm256_cvtepi32_ps(byte_of_lanes(b[j / 4], j % 4)));
+    }
+    MINFER_TARGET_AVX2 __m256i min_pair(int i, int64_t sb, int k) const {
         __m256i b[4];
         six_bit_bytes(i, sb, b);
-        return byte_of_lanes(b[(min ? 2 : 0) + j / 4], j % 4);
+        return byte_pair_of_lanes(b[2 + k / 2], 2 * (k % 2));
     }
-    MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
-        return _mm256_mul_ps(halves(i, g / 8, 0), _mm256_cvtepi32_ps(six_bits(
-                                                      i, g / 8, static_cast<int>(g % 8), false)));
-    }
-    MINFER_TARGET_AVX2 __m256 mins(int i, int64_t g) const {
-        const __m256 neg_dmin = _mm256_xor_ps(halves(i, g / 8, 32), _mm256_set1_ps(-0.0f));
-        return _mm256_mul_ps(neg_dmin,
-                             _mm256_cvtepi32_ps(six_bits(i, g / 8, static_cast<int>(g % 8), true)));
+    MINFER_TARGET_AVX2 __m256 neg_dmin(int i, int64_t sb) const {
+        return _mm256_xor_ps(halves(i, sb, 32), _mm256_set1_ps(-0.0f));
     }
 };
 
@@ -334,19 +351,24 @@ struct Q6_KGroupSource : GroupBase<16 * sizeof(block_q6_K)> {
     MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
         return _mm256_mul_ps(d(i, g / 16), _mm256_cvtepi32_ps(sc(i, g)));
     }
-    MINFER_TARGET_AVX2 __m256 mins(int, int64_t) const { return _mm256_setzero_ps(); }
 };
 
 // Panel i of a source written out as fill_panel writes it (v, s, and o
 // with mins): the same values, so the micro-kernels' outputs are the same.
-template <class Src>
-MINFER_TARGET_AVX2 void fill_from(const Src& src, int i, int64_t K, int64_t G, bool mins,
-                                  const Panel& p) {
+template <bool kMins, class Src>
+MINFER_TARGET_AVX2 void fill_from(const Src& src, int i, int64_t K, int64_t G, const Panel& p) {
     for (int64_t k = 0; k < K / 4; ++k)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.v + 32 * k), src.quad(i, k));
     for (int64_t g = 0; g < K / G; ++g) _mm256_storeu_ps(p.s + 8 * g, src.scale(i, g));
-    if (mins)
-        for (int64_t g = 0; g < K / 32; ++g) _mm256_storeu_ps(p.o + 8 * g, src.mins(i, g));
+    if constexpr (kMins)
+        for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+            int32_t* mb = min_block(p.o, sb, kLanes);
+            for (int k = 0; k < kMinPairs; ++k)
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(mb + kLanes * k),
+                                    src.min_pair(i, sb, k));
+            _mm256_storeu_ps(reinterpret_cast<float*>(mb + kLanes * kMinPairs),
+                             src.neg_dmin(i, sb));
+        }
 }
 
 #define MINFER_MICRO_TARGET MINFER_TARGET_AVX2
@@ -415,11 +437,11 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
         gemm_layout::carve_signed_scratch(scratch, K, G, kLanes, kPanels, p);
     for (int i = 0; i < n_panels; ++i) {
         if (whole_groups && wtype == DType::Q5_0)
-            fill_from(Q5_0GroupSource{{w0, group_bytes}}, i, K, G, false, p[i]);
+            fill_from<false>(Q5_0GroupSource{{w0, group_bytes}}, i, K, G, p[i]);
         else if (whole_groups && wtype == DType::Q4_K)
-            fill_from(Q4_KGroupSource{{w0, group_bytes}}, i, K, G, true, p[i]);
+            fill_from<true>(Q4_KGroupSource{{w0, group_bytes}}, i, K, G, p[i]);
         else if (whole_groups && wtype == DType::Q6_K)
-            fill_from(Q6_KGroupSource{{w0, group_bytes}}, i, K, G, false, p[i]);
+            fill_from<false>(Q6_KGroupSource{{w0, group_bytes}}, i, K, G, p[i]);
         else
             fill_panel(wtype, interleaved, w, w_row_bytes, K, G, r0 + kLanes * i,
                        std::min(r1, r0 + kLanes * i + kLanes), p[i], rows, gguf_row);

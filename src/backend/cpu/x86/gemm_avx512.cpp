@@ -80,13 +80,24 @@ MINFER_TARGET_AVX512_VNNI void unpack_row(DType t, const uint8_t* row, int64_t K
 // one vpdpbusd against 4 activation bytes broadcast to all lanes adds their
 // products into each row's own lane: no horizontal sums, and a group's
 // integer sum per row is finished before any float work.
+// vpdpbusd multiplies unsigned bytes by signed ones. The K-quants' values
+// are unsigned (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63: its -32 is taken out
+// of the sum through the activations' sums), so they are the unsigned
+// operand and the activations (Q8_K) stay signed. Q8_0 / Q4_0 / Q5_0
+// values are signed: the activations (Q8_0) are taken unsigned, as q + 128,
+// and each group's sum starts at a correction that takes the 128 back out.
 struct Panel {
     int8_t* v;   // [K/4][16][4]
     float* s;    // [K/G][16] scale of each group of G elements
-    int32_t* c;  // [K/G][16] -128 * (sum of the group's values): vpdpbusd takes the
-                 // activations as q + 128, starting a group here makes its sum exact
-    float* o;    // [K/32][16] -dmin * min of each 32 (Q4_K, Q5_K), else unused
+    int32_t* c;  // [K/G][16] (Q8_0 activations) -128 * the sum of the group's values
+    int32_t* o;  // (Q4_K, Q5_K) per super-block: gemm_layout::min_block
 };
+
+using gemm_layout::kMinPairs;
+static_assert(kMinPairs + 1 <= QK_K / 32, "a super-block's mins fit panel_bytes' o");
+inline int32_t* min_block(const Panel& p, int64_t sb) {
+    return gemm_layout::min_block(p.o, sb, 16);
+}
 
 size_t panel_bytes(int64_t K, int64_t G) {
     return static_cast<size_t>(16 * K) + 16 * static_cast<size_t>(K / G) * 8 +
@@ -99,7 +110,7 @@ Panel panel_at(void* p, int64_t K, int64_t G) {
     f.v = reinterpret_cast<int8_t*>(b);
     f.s = reinterpret_cast<float*>(b + 16 * K);
     f.c = reinterpret_cast<int32_t*>(f.s + 16 * (K / G));
-    f.o = reinterpret_cast<float*>(f.c + 16 * (K / G));
+    f.o = f.c + 16 * (K / G);
     return f;
 }
 
@@ -129,9 +140,6 @@ MINFER_TARGET_AVX512_VNNI inline void transpose16x16(__m512i r[16]) {
     for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(a[i]);
 }
 
-// Rows [r0, r1) (at most 16) of w into a panel; lanes past r1 - r0 are zero.
-// rows is scratch for 16 rows in the common form of unpack_row.
-// An interleaved w has each row taken out to `gguf_row` first.
 // Per group of a filled panel: -128 * the sum of its values (4 bytes per
 // lane summed by vpdpbusd against ones).
 MINFER_TARGET_AVX512_VNNI void fill_corrections(const Panel& p, int64_t K, int64_t G) {
@@ -148,7 +156,7 @@ MINFER_TARGET_AVX512_VNNI void fill_corrections(const Panel& p, int64_t K, int64
 // A whole interleaved group of Q4_K or Q6_K rows straight into a panel: the
 // group's quant vectors already hold one quad of every row per lane, so
 // each is only unpacked (as the decode kernels of quant_dot.cpp do), and
-// the scales come out 16 rows at a time. Fills v, s and o (not c).
+// the scales come out 16 rows at a time. Fills v, s and (Q4_K) o.
 MINFER_TARGET_AVX512_VNNI void fill_panel_group(DType t, const uint8_t* group, int64_t K,
                                                 const Panel& p) {
     if (t == DType::Q4_K) {
@@ -159,15 +167,16 @@ MINFER_TARGET_AVX512_VNNI void fill_panel_group(DType t, const uint8_t* group, i
             interleaved::q4_K_scales_mins(blk, sc, mn);
             const __m512 d = interleaved::halves16(blk);
             const __m512 dmin = interleaved::halves16(blk + 32);
-            for (int j = 0; j < 8; ++j) {
+            for (int j = 0; j < 8; ++j)
                 _mm512_storeu_ps(p.s + 16 * (8 * sb + j),
                                  _mm512_mul_ps(d, _mm512_cvtepi32_ps(interleaved::byte_of(sc, j))));
-                _mm512_storeu_ps(
-                    p.o + 16 * (8 * sb + j),
-                    _mm512_sub_ps(
-                        _mm512_setzero_ps(),
-                        _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(interleaved::byte_of(mn, j)))));
-            }
+            int32_t* mb = min_block(p, sb);
+            for (int k = 0; k < kMinPairs; ++k)
+                _mm512_storeu_si512(
+                    mb + 16 * k,
+                    _mm512_or_si512(interleaved::byte_of(mn, 2 * k),
+                                    _mm512_slli_epi32(interleaved::byte_of(mn, 2 * k + 1), 16)));
+            _mm512_storeu_ps(mb + 16 * kMinPairs, _mm512_xor_ps(dmin, _mm512_set1_ps(-0.0f)));
             int8_t* v = p.v + sb * QK_K * 16;
             for (int c = 0; c < 4; ++c)
                 for (int k = 0; k < 8; ++k) {
@@ -180,7 +189,6 @@ MINFER_TARGET_AVX512_VNNI void fill_panel_group(DType t, const uint8_t* group, i
         return;
     }
     MINFER_ASSERT(t == DType::Q6_K);
-    const __m512i k32 = _mm512_set1_epi8(32);
     for (int64_t sb = 0; sb < K / QK_K; ++sb) {
         const uint8_t* blk = group + sb * 16 * sizeof(block_q6_K);
         int8_t* v = p.v + sb * QK_K * 16;
@@ -189,7 +197,7 @@ MINFER_TARGET_AVX512_VNNI void fill_panel_group(DType t, const uint8_t* group, i
                 __m512i q[4];
                 interleaved::q6_K_quads(blk + 192 * (8 * h + k), q);
                 for (int u = 0; u < 4; ++u)  // elements 128h + 32u + 4k: quad 32h + 8u + k
-                    _mm512_storeu_si512(v + 64 * (32 * h + 8 * u + k), _mm512_sub_epi8(q[u], k32));
+                    _mm512_storeu_si512(v + 64 * (32 * h + 8 * u + k), q[u]);
             }
         const __m512 d = interleaved::halves16(blk + 3328);
         for (int g = 0; g < 16; ++g)
@@ -227,20 +235,27 @@ MINFER_TARGET_AVX512_BITALG void fill_panel_group32(DType t, const uint8_t* grou
     }
 }
 
+bool is_k_quant(DType t) {
+    return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
+
 bool has_bitalg() {
     return cpu_has_avx512_bitalg();
 }
 
+// Rows [r0, r1) (at most 16) of w into a panel; lanes past r1 - r0 are
+// zero. rows is scratch for 16 rows in the common form of unpack_row.
+// An interleaved w has each row taken out to `gguf_row` first.
 MINFER_TARGET_AVX512_VNNI void fill_panel(DType t, bool interleaved, const uint8_t* w,
                                           size_t w_row_bytes, int64_t K, int64_t G, int64_t r0,
                                           int64_t r1, const Panel& p, const RowsForm& rows,
                                           uint8_t* gguf_row) {
     const int64_t ng = K / G, n = r1 - r0;
+    const bool kquant = is_k_quant(t);
     if (interleaved && n == kInterleaveRows && r0 % kInterleaveRows == 0) {
         const uint8_t* group = w + static_cast<size_t>(r0) * w_row_bytes;
         if (t == DType::Q4_K || t == DType::Q6_K) {
             fill_panel_group(t, group, K, p);
-            fill_corrections(p, K, G);
             return;
         }
         if (t == DType::Q8_0 || (t == DType::Q5_0 && has_bitalg())) {
@@ -249,6 +264,7 @@ MINFER_TARGET_AVX512_VNNI void fill_panel(DType t, bool interleaved, const uint8
             return;
         }
     }
+    if (has_mins(t)) std::memset(p.o, 0, static_cast<size_t>(K / QK_K) * (kMinPairs + 1) * 64);
     for (int64_t l = 0; l < n; ++l) {
         const uint8_t* src = w + static_cast<size_t>(r0 + l) * w_row_bytes;
         if (interleaved) {
@@ -256,56 +272,87 @@ MINFER_TARGET_AVX512_VNNI void fill_panel(DType t, bool interleaved, const uint8
             src = gguf_row;
         }
         unpack_row(t, src, K, rows.v + l * K, rows.s + l * (K / kGroup), rows.m + l * (K / kGroup));
+        if (has_mins(t)) k4_row_mins(t, src, K, l, 16, p.o);
     }
     // Values: 16 quads of each row at a time, transposed into 16 vectors of
-    // one quad of every row.
+    // one quad of every row. Q6_K's common form is q - 32: the panel takes
+    // q (see Panel).
+    const __m512i offset = _mm512_set1_epi8(t == DType::Q6_K ? 32 : 0);
     for (int64_t q0 = 0; q0 < K / 4; q0 += 16) {
         __m512i r[16];
         for (int l = 0; l < 16; ++l)
             r[l] = l < n ? _mm512_loadu_si512(rows.v + l * K + 4 * q0) : _mm512_setzero_si512();
         transpose16x16(r);
-        for (int i = 0; i < 16; ++i) _mm512_storeu_si512(p.v + (q0 + i) * 64, r[i]);
+        for (int i = 0; i < 16; ++i)
+            _mm512_storeu_si512(p.v + (q0 + i) * 64, _mm512_add_epi8(r[i], offset));
     }
-    fill_corrections(p, K, G);
+    if (!kquant) fill_corrections(p, K, G);
     for (int64_t g = 0; g < ng; ++g)
         for (int64_t l = 0; l < 16; ++l)
             p.s[g * 16 + l] = l < n ? rows.s[l * (K / kGroup) + g * G / kGroup] : 0.0f;
-    if (has_mins(t))
-        for (int64_t g = 0; g < K / 32; ++g)
-            for (int64_t l = 0; l < 16; ++l)
-                p.o[g * 16 + l] = l < n ? rows.m[l * (K / kGroup) + 2 * g] : 0.0f;
 }
 
-// The integer sums of group g (G elements) for R panels x T tokens: each
-// starts at its panel's correction and takes G/4 vpdpbusd of an activation
-// quad broadcast to every lane against one weight quad per row.
-template <int R, int T, int G>
-MINFER_TARGET_AVX512_VNNI inline void group_sums(const Panel* p, int64_t g,
-                                                 const uint8_t* const* av, __m512i isum[R][T]) {
-    for (int i = 0; i < R; ++i) {
-        const __m512i c = _mm512_loadu_si512(p[i].c + 16 * g);
-        for (int j = 0; j < T; ++j) isum[i][j] = c;
+// Tokens t .. t+T-1 of the GEMM-form activations (gemm.h): each row's
+// bytes, then its scales, its int16 sums per 32 and its int32 -32 * sums
+// per 16 (Q8_K).
+template <int T>
+struct ActRows {
+    const uint8_t* q[T];
+    const float* d[T];
+    const int16_t* sum32[T];
+    const int32_t* off16[T];
+    size_t next;  // bytes from a row to the same row of the next T tokens
+    ActRows(const uint8_t* act, size_t act_stride, int64_t t, int64_t K) : next(T * act_stride) {
+        for (int j = 0; j < T; ++j) {
+            q[j] = act + static_cast<size_t>(t + j) * act_stride;
+            d[j] = reinterpret_cast<const float*>(q[j] + K);
+            sum32[j] = reinterpret_cast<const int16_t*>(d[j] + K / kGroup);
+            off16[j] = reinterpret_cast<const int32_t*>(sum32[j] + K / 32);
+        }
     }
+};
+
+// How a group's integer sum starts: at the panel's correction (Q8_0
+// activations taken as q + 128), at zero (Q4_K, Q5_K: unsigned values,
+// signed activations) or at the token's -32 * its activations' sum (Q6_K:
+// q * a summed for (q - 32) * a).
+enum class SumStart { Correction, Zero, Offset };
+
+// The integer sums of group g (G elements) for R panels x T tokens: G/4
+// vpdpbusd of an activation quad broadcast to every lane against one
+// weight quad per row, the unsigned operand being the activations
+// (Correction) or the weights (the K-quants).
+// Each cache line of the T rows' bytes is also asked for in the next T
+// tokens' rows, which the next call reads: T streams a whole row apart are
+// more than the hardware prefetchers keep up with. (A prefetch past the
+// last token's row does not fault.)
+template <int R, int T, int G, SumStart kStart>
+MINFER_TARGET_AVX512_VNNI inline void group_sums(const Panel* p, int64_t g, const ActRows<T>& a,
+                                                 __m512i isum[R][T]) {
+    if ((g * G) % 64 == 0)
+        for (int j = 0; j < T; ++j)
+            _mm_prefetch(reinterpret_cast<const char*>(a.q[j] + a.next + g * G), _MM_HINT_T0);
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < T; ++j) {
+            if constexpr (kStart == SumStart::Correction)
+                isum[i][j] = _mm512_loadu_si512(p[i].c + 16 * g);
+            else if constexpr (kStart == SumStart::Offset)
+                isum[i][j] = _mm512_set1_epi32(a.off16[j][g]);
+            else
+                isum[i][j] = _mm512_setzero_si512();
+        }
     for (int q = 0; q < G / 4; ++q) {
         __m512i w[R];
         for (int i = 0; i < R; ++i) w[i] = _mm512_loadu_si512(p[i].v + (g * G / 4 + q) * 64);
         for (int j = 0; j < T; ++j) {
             int32_t a4;
-            std::memcpy(&a4, av[j] + g * G + 4 * q, 4);
-            const __m512i a = _mm512_set1_epi32(a4);
-            for (int i = 0; i < R; ++i) isum[i][j] = _mm512_dpbusd_epi32(isum[i][j], a, w[i]);
+            std::memcpy(&a4, a.q[j] + g * G + 4 * q, 4);
+            const __m512i x = _mm512_set1_epi32(a4);
+            for (int i = 0; i < R; ++i)
+                isum[i][j] = kStart == SumStart::Correction
+                                 ? _mm512_dpbusd_epi32(isum[i][j], x, w[i])
+                                 : _mm512_dpbusd_epi32(isum[i][j], w[i], x);
         }
-    }
-}
-
-// Tokens t .. t+T-1 of the GEMM-form activations: each row's bytes and the
-// scales that follow its K bytes.
-template <int T>
-inline void activation_rows(const uint8_t* act, size_t act_stride, int64_t t, int64_t K,
-                            const uint8_t* (&av)[T], const float* (&ad)[T]) {
-    for (int j = 0; j < T; ++j) {
-        av[j] = act + static_cast<size_t>(t + j) * act_stride;
-        ad[j] = reinterpret_cast<const float*>(av[j] + K);
     }
 }
 
@@ -314,27 +361,24 @@ inline void activation_rows(const uint8_t* act, size_t act_stride, int64_t t, in
 // activation quads into an integer sum per (row, token) started at the
 // panel's correction, then one conversion, the weight scale and the
 // activation scale into the float accumulator (ggml's per-block float step,
-// here for 16 rows at once). An activation row in the GEMM form is q ^ 0x80
-// [K], its scale per 16 [K/16], and (Q8_K) the sum of q per 32 [K/32].
+// here for 16 rows at once).
 template <int R, int T>
 MINFER_TARGET_AVX512_VNNI void micro(const Panel* p, int64_t K, const uint8_t* act,
                                      size_t act_stride, int64_t t, float* out, int64_t out_stride,
                                      __mmask16 last_lanes) {
-    const uint8_t* av[T];
-    const float* ad[T];
-    activation_rows<T>(act, act_stride, t, K, av, ad);
+    const ActRows<T> a(act, act_stride, t, K);
     constexpr int64_t G = 32;
     __m512 acc[R][T];
     for (int i = 0; i < R; ++i)
         for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
     for (int64_t g = 0; g < K / G; ++g) {
         __m512i isum[R][T];
-        group_sums<R, T, G>(p, g, av, isum);
+        group_sums<R, T, G, SumStart::Correction>(p, g, a, isum);
         for (int i = 0; i < R; ++i) {
             const __m512 s = _mm512_loadu_ps(p[i].s + 16 * g);
             for (int j = 0; j < T; ++j)
                 acc[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(isum[i][j]), s),
-                                            _mm512_set1_ps(ad[j][g * G / kGroup]), acc[i][j]);
+                                            _mm512_set1_ps(a.d[j][g * G / kGroup]), acc[i][j]);
         }
     }
     for (int i = 0; i < R; ++i)
@@ -348,46 +392,64 @@ MINFER_TARGET_AVX512_VNNI void micro(const Panel* p, int64_t K, const uint8_t* a
 }
 
 // The same for Q8_K activations (K-quant weights), whose scale is one per
-// 256: a super-block's groups gather cvt(sum) * weight scale (and the mins,
-// min * bsum) in a float block sum, which takes the activation scale once
-// and is added into out — a multiply fewer per group than micro, and the
-// running sums live in out, so two register sets suffice.
-template <int R, int T, int G, bool kMins>
+// 256: a super-block's groups gather cvt(sum) * weight scale in a float
+// block sum; with mins (G = 32: Q4_K, Q5_K), the mins times the
+// activations' sums per 32, summed in integers by vpdpwssd, times -dmin
+// are added once; the block sum takes the activation scale once and is
+// added into out. Per row the float steps of quant_dot.cpp's
+// k4_superblock_gemm_steps (and of the Q6_K dot), in the same order.
+template <int R, int T, int G>
 MINFER_TARGET_AVX512_VNNI void micro_k(const Panel* p, int64_t K, const uint8_t* act,
                                        size_t act_stride, int64_t t, float* out, int64_t out_stride,
                                        __mmask16 last_lanes) {
-    const uint8_t* av[T];
-    const float* ad[T];
-    activation_rows<T>(act, act_stride, t, K, av, ad);
+    const ActRows<T> a(act, act_stride, t, K);
+    constexpr bool kMins = G == 32;        // else Q6_K, whose -32 the sums start with
     constexpr int64_t kGroups = QK_K / G;  // per super-block
+    alignas(64) float part[R][T][16];
     for (int64_t sb = 0; sb < K / QK_K; ++sb) {
         __m512 blk[R][T];
         for (int i = 0; i < R; ++i)
             for (int j = 0; j < T; ++j) blk[i][j] = _mm512_setzero_ps();
         for (int64_t g = sb * kGroups; g < (sb + 1) * kGroups; ++g) {
             __m512i isum[R][T];
-            group_sums<R, T, G>(p, g, av, isum);
+            group_sums<R, T, G, kMins ? SumStart::Zero : SumStart::Offset>(p, g, a, isum);
             for (int i = 0; i < R; ++i) {
                 const __m512 s = _mm512_loadu_ps(p[i].s + 16 * g);
                 for (int j = 0; j < T; ++j)
                     blk[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[i][j]), s, blk[i][j]);
             }
-            if constexpr (kMins) {
-                for (int i = 0; i < R; ++i) {
-                    const __m512 o = _mm512_loadu_ps(p[i].o + 16 * g);
-                    for (int j = 0; j < T; ++j)
-                        blk[i][j] =
-                            _mm512_fmadd_ps(o, _mm512_set1_ps(ad[j][K / kGroup + g]), blk[i][j]);
+        }
+        if constexpr (kMins) {
+            for (int i = 0; i < R; ++i) {
+                const int32_t* mb = min_block(p[i], sb);
+                __m512i pairs[kMinPairs];
+                for (int k = 0; k < kMinPairs; ++k) pairs[k] = _mm512_loadu_si512(mb + 16 * k);
+                const __m512 neg_dmin = _mm512_loadu_ps(mb + 16 * kMinPairs);
+                for (int j = 0; j < T; ++j) {
+                    __m512i m = _mm512_setzero_si512();
+                    for (int k = 0; k < kMinPairs; ++k) {
+                        int32_t s2;  // the activations' sums of groups 2k, 2k + 1
+                        std::memcpy(&s2, a.sum32[j] + 8 * sb + 2 * k, 4);
+                        m = _mm512_dpwssd_epi32(m, pairs[k], _mm512_set1_epi32(s2));
+                    }
+                    blk[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), neg_dmin, blk[i][j]);
                 }
             }
         }
+        // The running sums stay in `part` until the last super-block: out's
+        // rows are often a multiple of 4 KiB apart, and a load of one row's
+        // sum right after the store of another's (the same address bits
+        // 0-11) waits on that store as if it were the same address.
         for (int i = 0; i < R; ++i)
             for (int j = 0; j < T; ++j) {
-                float* o = out + (t + j) * out_stride + 16 * i;
-                const __mmask16 m = i == R - 1 ? last_lanes : __mmask16(0xFFFF);
-                const __m512 da = _mm512_set1_ps(ad[j][sb * (QK_K / kGroup)]);
-                const __m512 prev = sb == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, o);
-                _mm512_mask_storeu_ps(o, m, _mm512_fmadd_ps(blk[i][j], da, prev));
+                const __m512 da = _mm512_set1_ps(a.d[j][sb * (QK_K / kGroup)]);
+                const __m512 prev = sb == 0 ? _mm512_setzero_ps() : _mm512_load_ps(part[i][j]);
+                const __m512 sum = _mm512_fmadd_ps(blk[i][j], da, prev);
+                if (sb + 1 < K / QK_K)
+                    _mm512_store_ps(part[i][j], sum);
+                else
+                    _mm512_mask_storeu_ps(out + (t + j) * out_stride + 16 * i,
+                                          i == R - 1 ? last_lanes : __mmask16(0xFFFF), sum);
             }
     }
 }
@@ -406,16 +468,16 @@ constexpr std::array<std::array<MicroFn, kMT>, kMR> table_of(std::integer_sequen
 }
 constexpr auto kMicro = table_of(std::make_integer_sequence<int, kMR>{});
 
-template <int G, bool kMins, int R, int... Ts>
+template <int G, int R, int... Ts>
 constexpr std::array<MicroFn, kMT> krow_of(std::integer_sequence<int, Ts...>) {
-    return {&micro_k<R, Ts + 1, G, kMins>...};
+    return {&micro_k<R, Ts + 1, G>...};
 }
-template <int G, bool kMins, int... Rs>
+template <int G, int... Rs>
 constexpr std::array<std::array<MicroFn, kMT>, kMR> ktable_of(std::integer_sequence<int, Rs...>) {
-    return {krow_of<G, kMins, Rs + 1>(std::make_integer_sequence<int, kMT>{})...};
+    return {krow_of<G, Rs + 1>(std::make_integer_sequence<int, kMT>{})...};
 }
-template <int G, bool kMins>
-constexpr auto kMicroK = ktable_of<G, kMins>(std::make_integer_sequence<int, kMR>{});
+template <int G>
+constexpr auto kMicroK = ktable_of<G>(std::make_integer_sequence<int, kMR>{});
 #endif
 
 }  // namespace
@@ -456,11 +518,7 @@ void gemm_rows(DType wtype, bool interleaved, const uint8_t* w, size_t w_row_byt
                    std::min(r1, r0 + 16 * i + 16), p[i], rows, gguf_row);
     const int last = static_cast<int>(n - 16 * (R - 1));
     const auto lanes = static_cast<__mmask16>((1u << last) - 1u);
-    const bool kq = wtype == DType::Q4_K || wtype == DType::Q5_K || wtype == DType::Q6_K;
-    const auto& tab = !kq               ? kMicro
-                      : G == 16         ? kMicroK<16, false>
-                      : has_mins(wtype) ? kMicroK<32, true>
-                                        : kMicroK<32, false>;
+    const auto& tab = !is_k_quant(wtype) ? kMicro : G == 16 ? kMicroK<16> : kMicroK<32>;
     for (int64_t t = 0; t < n_tokens; t += kMT) {
         const int T = static_cast<int>(std::min<int64_t>(kMT, n_tokens - t));
         tab[R - 1][T - 1](p, K, act, act_stride, t, out, out_stride, lanes);
