@@ -458,9 +458,10 @@ TEST(CpuGemm, OddTokenAndRowCountsMatchDoubleReference) {
 // level: the AVX-512 level's direct Q8_K path included. The rows hold
 // blocks with a zero block, a peak that is negative, a peak that ties
 // (the first of equal magnitudes sets the sign), values a hair from a
-// rounding tie and tiny values.
+// rounding tie, tiny values, and an infinite peak with a NaN beside it
+// (x * iscale is NaN there, which nearest_int makes 0).
 TEST(CpuGemm, QuantizeActIsQuantizeThenPack) {
-    const int64_t K = 1024;
+    const int64_t K = 1280;
     std::vector<float> x = random_floats(static_cast<size_t>(K), 7, -2.0f, 2.0f);
     for (int64_t i = 256; i < 512; ++i) x[size_t(i)] = 0.0f;  // a zero block
     x[520] = -5.0f;                                           // a negative peak
@@ -468,6 +469,8 @@ TEST(CpuGemm, QuantizeActIsQuantizeThenPack) {
     x[900] = -4.0f;
     for (int64_t i = 768; i < 780; ++i) x[size_t(i)] = 4.0f * (0.5f + float(i - 768)) / 127.0f;
     for (int64_t i = 960; i < 1024; ++i) x[size_t(i)] *= 1e-30f;
+    x[1100] = -INFINITY;
+    x[1150] = NAN;
     for (const DType at : {DType::Q8_K, DType::Q8_0}) {
         SCOPED_TRACE(dtype_name(at));
         minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {

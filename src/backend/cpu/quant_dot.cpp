@@ -620,58 +620,65 @@ void quantize_q8_K_row(const float* x, block_q8_K* y, int64_t n) {
 // quantize_q8_K_row_body's q, d and bsums written straight into the
 // x86-64 GEMM's activation form (gemm.h: q, d per 16, the sum of q per 32
 // as int16, -32 times the sum per 16 as int32), 64 elements a step: the
-// same float steps per element (x * iscale, then + the magic number of
-// nearest_int, no FMA), the same truncation to int8, so the same bytes as
-// the two steps, without the intermediate row. The sums come from the
-// stored bytes: sad_epu8 adds q ^ 0x80 = q + 128 per 8 bytes.
+// same float steps per element (x * iscale, rounded to the nearest int,
+// ties to even: what the magic number of nearest_int does, here
+// vcvtps2dq's rounding, with a NaN as 0 as there), and min(127, q) through
+// the saturating packs (q is never below -127: |x| <= |x[first]|), so the
+// same bytes as the two steps, without the intermediate row. The sums come from the stored
+// bytes: sad_epu8 adds q ^ 0x80 = q + 128 per 8 bytes.
 MINFER_TARGET_V4 void quantize_q8_K_row_gemm_v4(const float* x, uint8_t* out, int64_t n) {
     auto* d = reinterpret_cast<float*>(out + n);
     auto* s32 = reinterpret_cast<int16_t*>(d + n / 16);
     auto* off16 = reinterpret_cast<int32_t*>(s32 + n / 32);
-    const __m512 magic = _mm512_set1_ps(12582912.f);
-    const __m512i mant = _mm512_set1_epi32(0x007fffff), half = _mm512_set1_epi32(0x00400000),
-                  top = _mm512_set1_epi32(127), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    // packs leave dword 4l + s of the bytes holding elements 4l.. of
+    // vector s: this puts each vector's 16 bytes back in order
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    // qword 0 of each 128-bit lane of two vectors, in order
+    const __m512i even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
     for (int64_t ib = 0; ib < n / QK_K; ++ib, x += QK_K) {
         uint8_t* q = out + ib * QK_K;
         const BlockPeak peak = block_peak_v4(x);
         if (peak.amax == 0.0f) {
             std::memset(q, 0, QK_K);
-            for (int g = 0; g < QK_K / 16; ++g) d[ib * 16 + g] = 0.0f;
-            for (int g = 0; g < QK_K / 32; ++g) s32[ib * 8 + g] = 0;
-            for (int g = 0; g < QK_K / 16; ++g) off16[ib * 16 + g] = 0;
+            _mm512_storeu_ps(d + ib * 16, _mm512_setzero_ps());
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(s32 + ib * 8), _mm_setzero_si128());
+            _mm512_storeu_si512(off16 + ib * 16, _mm512_setzero_si512());
             continue;
         }
         const float iscale = -127.f / x[peak.first];
-        const float dd = 1 / iscale;
         const __m512 vis = _mm512_set1_ps(iscale);
-        for (int j = 0; j < QK_K; j += 64) {
-            __m128i b[4];
+        __m512i u[4];  // per 64 elements: qword 0 of lane h = the sum of group h of 16, + 16 * 128
+        for (int c = 0; c < 4; ++c) {
+            __m512i i[4];
             for (int k = 0; k < 4; ++k) {
-                const __m512 v =
-                    _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + j + 16 * k), vis), magic);
-                const __m512i i =
-                    _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(v), mant), half);
-                b[k] = _mm512_cvtepi32_epi8(_mm512_min_epi32(i, top));
+                const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + 64 * c + 16 * k), vis);
+                // a NaN (x * iscale of an infinite x) is 0, as nearest_int makes it
+                i[k] =
+                    _mm512_maskz_cvt_roundps_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v,
+                                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             }
-            __m512i bytes = _mm512_castsi128_si512(b[0]);
-            bytes = _mm512_inserti32x4(bytes, b[1], 1);
-            bytes = _mm512_inserti32x4(bytes, b[2], 2);
-            bytes = _mm512_inserti32x4(bytes, b[3], 3);
-            _mm512_storeu_si512(q + j, bytes);
-            alignas(64) uint64_t s8[8];  // sums of q + 128 per 8 bytes
-            _mm512_store_si512(
-                s8, _mm512_sad_epu8(_mm512_xor_si512(bytes, flip), _mm512_setzero_si512()));
-            for (int h = 0; h < 4; ++h) {  // the 4 groups of 16 of these 64
-                const auto sum16 = static_cast<int32_t>(s8[2 * h] + s8[2 * h + 1]) - 16 * 128;
-                off16[ib * 16 + j / 16 + h] = -32 * sum16;
-                if (h % 2 == 1) {
-                    const auto prev =
-                        static_cast<int32_t>(s8[2 * h - 2] + s8[2 * h - 1]) - 16 * 128;
-                    s32[ib * 8 + j / 32 + h / 2] = static_cast<int16_t>(prev + sum16);
-                }
-            }
+            const __m512i bytes = _mm512_permutexvar_epi32(
+                order,
+                _mm512_packs_epi16(_mm512_packs_epi32(i[0], i[1]), _mm512_packs_epi32(i[2], i[3])));
+            _mm512_storeu_si512(q + 64 * c, bytes);
+            const __m512i s8 =
+                _mm512_sad_epu8(_mm512_xor_si512(bytes, flip), _mm512_setzero_si512());
+            u[c] = _mm512_add_epi64(s8, _mm512_bsrli_epi128(s8, 8));
         }
-        for (int g = 0; g < QK_K / 16; ++g) d[ib * 16 + g] = dd;
+        // the 16 sums per 16, then -32 times them and the 8 sums per 32
+        const __m512i sum16 = _mm512_sub_epi32(
+            _mm512_inserti64x4(
+                _mm512_castsi256_si512(
+                    _mm512_cvtepi64_epi32(_mm512_permutex2var_epi64(u[0], even, u[1]))),
+                _mm512_cvtepi64_epi32(_mm512_permutex2var_epi64(u[2], even, u[3])), 1),
+            _mm512_set1_epi32(16 * 128));
+        _mm512_storeu_si512(off16 + ib * 16,
+                            _mm512_slli_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), sum16), 5));
+        _mm_storeu_si128(
+            reinterpret_cast<__m128i*>(s32 + ib * 8),
+            _mm512_cvtepi64_epi16(_mm512_add_epi32(sum16, _mm512_srli_epi64(sum16, 32))));
+        _mm512_storeu_ps(d + ib * 16, _mm512_set1_ps(1 / iscale));
     }
 }
 #endif
