@@ -82,12 +82,16 @@ bool gemm_supported(DType t, int64_t K) {
 }
 
 size_t gemm_act_row_bytes(DType act, int64_t K) {
-    // q [K], d per 16, and for Q8_K the sums (gemm.h): x86-64's int16 per
-    // 32 and int32 per 16 take more than ARM64's float per 32
-    const size_t sums = act == DType::Q8_K ? static_cast<size_t>(K / 32) * sizeof(int16_t) +
-                                                 static_cast<size_t>(K / 16) * sizeof(int32_t)
-                                           : 0;
-    return static_cast<size_t>(K) + static_cast<size_t>(K / kGroup) * sizeof(float) + sums;
+    // q [K], d per 16, and for Q8_K the sums (gemm.h): ARM64's float per
+    // 32, x86-64's int16 per 32 and int32 per 16 (every byte written)
+#ifdef MINFER_GEMM_ARM
+    const size_t sums = static_cast<size_t>(K / 32) * sizeof(float);
+#else
+    const size_t sums = static_cast<size_t>(K / 32) * sizeof(int16_t) +
+                        static_cast<size_t>(K / 16) * sizeof(int32_t);
+#endif
+    return static_cast<size_t>(K) + static_cast<size_t>(K / kGroup) * sizeof(float) +
+           (act == DType::Q8_K ? sums : 0);
 }
 
 void gemm_pack_act(DType act, const void* row, int64_t K, void* out) {
