@@ -38,18 +38,39 @@ int count(const graph::Graph& g, graph::Op op) {
 
 }  // namespace
 
-TEST(Fuse, SwigluOrphansTheSilu) {
+// silu(gate) * up of two MatMuls of the same input becomes one
+// MatMulSwiGLU reading both weights; the Silu and the gate and up MatMuls
+// are dead, and the down projection reads the fused node.
+TEST(Fuse, SwigluOrphansTheSiluAndTheGateAndUpMatMuls) {
     Fixture f("qwen2");
     graph::Graph g = f.build(4);
     graph::FuseStats s = graph::fuse(g, {.qkv = false, .ffn = true});
     EXPECT_EQ(s.ffn, 2);
-    EXPECT_EQ(count(g, graph::Op::SwiGLU), 2);
+    EXPECT_EQ(count(g, graph::Op::MatMulSwiGLU), 2);
+    EXPECT_EQ(count(g, graph::Op::SwiGLU), 0);
     auto consumers = g.n_consumers();
+    int live_ffn_matmuls = 0;
     for (size_t i = 0; i < g.size(); ++i) {
-        if (g.nodes[i].op == graph::Op::Silu) {
-            EXPECT_EQ(consumers[i], 0) << g.nodes[i].name;
+        const auto& n = g.nodes[i];
+        if (n.op == graph::Op::Silu) {
+            EXPECT_EQ(consumers[i], 0) << n.name;
+        }
+        if (n.op == graph::Op::MatMul && !n.src.empty() &&
+            n.weights.at(0)->name.find("ffn_") != std::string::npos) {
+            ++live_ffn_matmuls;
+            EXPECT_NE(n.weights[0]->name.find("ffn_down"), std::string::npos) << n.name;
+            EXPECT_EQ(g.node(n.src[0]).op, graph::Op::MatMulSwiGLU) << n.name;
+        }
+        if (n.op == graph::Op::MatMulSwiGLU) {
+            ASSERT_EQ(n.weights.size(), 2u);
+            EXPECT_NE(n.weights[0]->name.find("ffn_gate"), std::string::npos);
+            EXPECT_NE(n.weights[1]->name.find("ffn_up"), std::string::npos);
+            EXPECT_EQ(n.ne[0], f.m.hp.n_ff);
+            EXPECT_EQ(consumers[i], 1);
         }
     }
+    EXPECT_EQ(live_ffn_matmuls, 2);
+    EXPECT_EQ(g.topo_order().size(), g.size());
 }
 
 TEST(Fuse, QkvFusionLeavesOneProjectionWithOneConsumer) {
@@ -89,7 +110,7 @@ TEST(Fuse, NoFusionKeepsEveryNodeLive) {
 // The experts' silu(gate) * up becomes one MatMulIdSwiGLU reading gate and
 // up over the same grouped rows; the two MatMulIds and the Silu it replaces
 // are dead, and the down projection stays a MatMulId reading its output.
-// qwen2moe's shared expert (plain matmuls) still fuses to a SwiGLU.
+// qwen2moe's shared expert (plain matmuls) fuses to a MatMulSwiGLU.
 TEST(Fuse, ExpertsSwigluReplacesGateAndUpMatMulIds) {
     for (const char* arch : {"qwen3moe", "qwen2moe"}) {
         SCOPED_TRACE(arch);
@@ -100,7 +121,8 @@ TEST(Fuse, ExpertsSwigluReplacesGateAndUpMatMulIds) {
         const bool shared = std::string(arch) == "qwen2moe";
         EXPECT_EQ(s.ffn, (shared ? 2 : 1) * n_layer);
         EXPECT_EQ(count(g, graph::Op::MatMulIdSwiGLU), n_layer);
-        EXPECT_EQ(count(g, graph::Op::SwiGLU), shared ? n_layer : 0);
+        EXPECT_EQ(count(g, graph::Op::MatMulSwiGLU), shared ? n_layer : 0);
+        EXPECT_EQ(count(g, graph::Op::SwiGLU), 0);
         auto consumers = g.n_consumers();
         int live_matmul_id = 0;
         for (size_t i = 0; i < g.size(); ++i) {

@@ -2,6 +2,7 @@
 // and every SIMD level against it) and the fused epilogues, against scalar
 // references written here (double accumulation), with the tolerance of each
 // comparison argued next to it.
+#include "backend/cpu/vec_ops.h"
 #include "kernel_test_data.h"
 
 // ---- small ops --------------------------------------------------------------------
@@ -563,6 +564,69 @@ TEST(CpuFusion, FusedQkvEpilogueEqualsUnfusedChainBitForBit) {
         for (float f : Kf) any |= f != 0.0f;
         EXPECT_TRUE(any);
     }
+}
+
+// MatMulSwiGLU is bitwise swiglu_row over the whole output rows of the two
+// MatMuls it replaces, at every level: F16 (no GEMM: the dot products for
+// every count) and the four GEMM types, in GGUF rows and regrouped, with 1
+// token (decode), 3 (dot products or the many-token group kernel), 9 and
+// 40 (the GEMM), 1 and 2 threads, batch-invariant or not. M = 80 ends in a
+// partial GEMM tile; M = 45 (GGUF rows only) ends in a partial vector, where
+// the SwiGLU takes its scalar tail: a piece that started off a 16-row
+// boundary, or a tile's SwiGLU run across tokens, would give that tail
+// other bits.
+TEST(CpuFusion, MatMulSwigluIsSwigluOfTheTwoMatMulsBitForBit) {
+    const int64_t K = 512;
+    int compared = 0;
+    minfer::testing::for_each_isa_level([&](cpu::IsaLevel) {
+        for (DType t : {DType::F16, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q6_K})
+            for (const int64_t M : {int64_t{45}, int64_t{80}})
+                for (const bool regroup : {false, true}) {
+                    if (regroup && (t == DType::F16 || M % tensor::kInterleaveRows != 0)) continue;
+                    SCOPED_TRACE(std::string(dtype_name(t)) + " M=" + std::to_string(M) +
+                                 (regroup ? " regrouped" : ""));
+                    Weight g = make_weight(t, K, M, 3), u = make_weight(t, K, M, 4);
+                    std::vector<uint8_t> gi(g.bytes.size()), ui(u.bytes.size());
+                    if (regroup) {
+                        tensor::interleave_rows(t, g.bytes.data(), K, M, gi.data());
+                        tensor::interleave_rows(t, u.bytes.data(), K, M, ui.data());
+                        g.view.data = gi.data();
+                        u.view.data = ui.data();
+                        g.view.layout = u.view.layout = TensorView::Layout::Rows16;
+                    }
+                    for (const int64_t n : {1, 3, 9, 40})
+                        for (const int threads : {1, 2})
+                            for (const bool invariant : {false, true}) {
+                                ThreadPool pool(threads);
+                                const auto x = random_floats(static_cast<size_t>(K * n),
+                                                             11 + static_cast<uint32_t>(n));
+                                const std::array<int64_t, 4> x_ne{K, n, 1, 1};
+                                auto run = [&](Op op, std::vector<const TensorView*> w) {
+                                    std::vector<float> y(static_cast<size_t>(M * n), NAN);
+                                    Node node = make_node(op, {M, n, 1, 1});
+                                    node.weights = std::move(w);
+                                    NodeData d{{x.data()}, y.data(), nullptr, nullptr, {x_ne}};
+                                    d.batch_invariant = invariant;
+                                    cpu::run_node(node, d, pool);
+                                    return y;
+                                };
+                                const auto gate = run(Op::MatMul, {&g.view});
+                                const auto up = run(Op::MatMul, {&u.view});
+                                const auto got = run(Op::MatMulSwiGLU, {&g.view, &u.view});
+                                std::vector<float> want(gate.size());
+                                for (int64_t i = 0; i < n; ++i)
+                                    cpu::swiglu_row(gate.data() + i * M, up.data() + i * M,
+                                                    want.data() + i * M, M);
+                                for (float v : want) ASSERT_TRUE(std::isfinite(v));
+                                ASSERT_EQ(0, std::memcmp(want.data(), got.data(),
+                                                         want.size() * sizeof(float)))
+                                    << "n=" << n << " threads=" << threads
+                                    << " invariant=" << invariant;
+                                ++compared;
+                            }
+                }
+    });
+    EXPECT_GT(compared, 0);
 }
 
 namespace {

@@ -13,35 +13,43 @@ void rename_part(Node& n, std::string_view from, std::string_view to) {
     if (auto p = n.name.find(from); p != std::string::npos) n.name.replace(p, from.size(), to);
 }
 
-// The experts' silu(MatMulId gate) * MatMulId up over the same rows and
-// group, with gate and up of one type and shape, as one MatMulIdSwiGLU.
-bool fuse_moe_swiglu(Graph& g, Node& mul, const Node& act) {
+// silu(gate) * up, where gate and up are matmuls of one input and one
+// weight shape (dense MatMuls, or the experts' MatMulIds over the same rows
+// and group), as one MatMulSwiGLU / MatMulIdSwiGLU: the input is quantized
+// once, and each tile of gate and up rows meets the SwiGLU while it is still
+// in cache instead of both whole outputs going to memory and back.
+bool fuse_matmul_swiglu(Graph& g, Node& mul, const Node& act) {
     const Node& gate = g.node(act.src[0]);
     const Node& up = g.node(mul.src[1]);
-    if (gate.op != Op::MatMulId || up.op != Op::MatMulId || gate.src != up.src) return false;
+    const bool experts = gate.op == Op::MatMulId;
+    if ((gate.op != Op::MatMul && !experts) || up.op != gate.op || gate.src != up.src) return false;
     if (gate.backend != mul.backend || up.backend != mul.backend) return false;
     const tensor::TensorView* wg = gate.weights.at(0);
     const tensor::TensorView* wu = up.weights.at(0);
-    if (wg == nullptr || wu == nullptr || wg->type != wu->type || wg->ne != wu->ne ||
-        wg->layout != wu->layout)
-        return false;
-    mul.op = Op::MatMulIdSwiGLU;
+    if (wg == nullptr || wu == nullptr || wg->ne != wu->ne) return false;
+    // The experts' kernel reads both slices through one path.
+    if (experts && (wg->type != wu->type || wg->layout != wu->layout)) return false;
+    mul.op = experts ? Op::MatMulIdSwiGLU : Op::MatMulSwiGLU;
     mul.src = gate.src;
     mul.weights = {wg, wu};
     mul.fused = true;
-    rename_part(mul, "ffn_moe_mul", "ffn_moe_swiglu");
+    if (experts)
+        rename_part(mul, "ffn_moe_mul", "ffn_moe_swiglu");
+    else
+        rename_part(mul, "ffn_mul", "ffn_swiglu");
     return true;
 }
 
-// silu(gate) * up -> SwiGLU(gate, up), or MatMulIdSwiGLU for the experts;
-// the Silu (and the experts' two MatMulIds) are orphaned.
+// silu(gate) * up -> MatMulSwiGLU or MatMulIdSwiGLU when both are matmuls of
+// one input, else SwiGLU(gate, up); the Silu (and the two matmuls) are
+// orphaned.
 int fuse_ffn(Graph& g) {
     int made = 0;
     for (auto& n : g.nodes) {
         if (n.op != Op::Mul || n.src.size() != 2) continue;
         const Node& act = g.node(n.src[0]);
         if (act.op != Op::Silu || act.backend != n.backend) continue;
-        if (fuse_moe_swiglu(g, n, act)) {
+        if (fuse_matmul_swiglu(g, n, act)) {
             ++made;
             continue;
         }

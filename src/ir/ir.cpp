@@ -34,6 +34,8 @@ std::string_view op_name(Op op) {
             return "Silu";
         case Op::SwiGLU:
             return "SwiGLU";
+        case Op::MatMulSwiGLU:
+            return "MatMulSwiGLU";
         case Op::HeadNorm:
             return "HeadNorm";
         case Op::Rope:

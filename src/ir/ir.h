@@ -24,30 +24,32 @@ constexpr BackendId kNoBackend = -1;
 enum class Op : uint8_t {
     Input,    // host-filled I32 data: token_ids / positions / tail_ids   [n]
     GetRows,  // embedding: weights[0] table [n_embd, n_vocab] (any dtype), src0 ids -> [n_embd, n]
-    SelectRows,  // src0 [ne0, n], src1 row ids (I32) -> [ne0, n_ids]  (tail rows for logits)
-    RmsNorm,     // src0 [ne0, n], weights[0] [ne0] f32, meta.eps -> [ne0, n]
-    MatMul,      // src0 [K, n] f32 activations, weights[0] [K, M] any dtype -> [M, n]
-    Add,         // src0 + src1, same shape
-    AddBias,     // src0 [ne0, n] + weights[0] [ne0] broadcast over rows
-    Mul,         // src0 * src1, same shape
-    Silu,        // silu(src0); may run in place
-    SwiGLU,      // silu(src0) * src1 (fusion of Mul(Silu(gate), up))
-    HeadNorm,    // per-head RMSNorm: src0 [head_dim * heads, n], weights[0] [head_dim]
-    Rope,        // NEOX RoPE: src0 [head_dim * heads, n], src1 positions; may run in place
-    KvStore,     // src0 k [n_kv_embd, n], src1 v [n_kv_embd, n], src2 positions, optional
-                 // src3 kv_cells [n]: writes token i's rows into cell kv_cells[i] (without
-                 // src3: cell = position; -1: a padding token, nothing stored) of the
-                 // layer's K and V regions. Shape
-                 // [n_kv_embd, n_ctx] mirrors the persistent region; its buffer *is* the
-                 // K region. Cells: ir/kv_layout.h (n_ctx whole K blocks).
-    Attn,        // causal GQA: src0 q rows (q in columns [0, n_head*head_dim)),
-                 // src1 the layer's KvStore or QkvBiasRopeStore (ordering), src2 positions,
-                 // optional src3 kv_rows [n] and src4 kv_pages [n_seqs * pages_per_seq]
-                 // (meta.kv_page > 0): token t reads positions 0..pos[t] of its sequence,
-                 // position p at cell kv_pages[kv_rows[t] * pages_per_seq + p / P] * P +
-                 // p % P (P = meta.kv_page). Without them cell = position.
-                 // -> [n_head*head_dim, n]
-    FusedQKV,    // src0 x [n_embd, n], weights wq, wk, wv -> [n_q + 2*n_kv_embd, n] (q | k | v)
+    SelectRows,    // src0 [ne0, n], src1 row ids (I32) -> [ne0, n_ids]  (tail rows for logits)
+    RmsNorm,       // src0 [ne0, n], weights[0] [ne0] f32, meta.eps -> [ne0, n]
+    MatMul,        // src0 [K, n] f32 activations, weights[0] [K, M] any dtype -> [M, n]
+    Add,           // src0 + src1, same shape
+    AddBias,       // src0 [ne0, n] + weights[0] [ne0] broadcast over rows
+    Mul,           // src0 * src1, same shape
+    Silu,          // silu(src0); may run in place
+    SwiGLU,        // silu(src0) * src1 (fusion of Mul(Silu(gate), up))
+    MatMulSwiGLU,  // fusion of SwiGLU(MatMul gate, MatMul up) over the same src0 [K, n]:
+                   // weights gate and up, both [K, M] -> [M, n] silu(x gate) * (x up)
+    HeadNorm,      // per-head RMSNorm: src0 [head_dim * heads, n], weights[0] [head_dim]
+    Rope,          // NEOX RoPE: src0 [head_dim * heads, n], src1 positions; may run in place
+    KvStore,       // src0 k [n_kv_embd, n], src1 v [n_kv_embd, n], src2 positions, optional
+                   // src3 kv_cells [n]: writes token i's rows into cell kv_cells[i] (without
+                   // src3: cell = position; -1: a padding token, nothing stored) of the
+                   // layer's K and V regions. Shape
+                   // [n_kv_embd, n_ctx] mirrors the persistent region; its buffer *is* the
+                   // K region. Cells: ir/kv_layout.h (n_ctx whole K blocks).
+    Attn,          // causal GQA: src0 q rows (q in columns [0, n_head*head_dim)),
+                   // src1 the layer's KvStore or QkvBiasRopeStore (ordering), src2 positions,
+                   // optional src3 kv_rows [n] and src4 kv_pages [n_seqs * pages_per_seq]
+                   // (meta.kv_page > 0): token t reads positions 0..pos[t] of its sequence,
+                   // position p at cell kv_pages[kv_rows[t] * pages_per_seq + p / P] * P +
+                   // p % P (P = meta.kv_page). Without them cell = position.
+                   // -> [n_head*head_dim, n]
+    FusedQKV,      // src0 x [n_embd, n], weights wq, wk, wv -> [n_q + 2*n_kv_embd, n] (q | k | v)
     QkvBiasRopeStore,  // the epilogue: src0 FusedQKV output, src1 positions, optional src2
                        // kv_cells (as KvStore's src3); weights
                        // (bq, bk, bv) for qwen2 or (q_norm, k_norm) for qwen3. Adds biases

@@ -458,6 +458,15 @@ void op_matmul(const Node& node, const NodeData& data, ThreadPool& pool) {
            static_cast<float*>(data.out), node.ne[0], pool, data.batch_invariant);
 }
 
+void op_matmul_swiglu(const Node& node, const NodeData& data, ThreadPool& pool) {
+    MINFER_ASSERT(node.weights.size() == 2);
+    const TensorView* gate = node.weights[0];
+    const TensorView* up = node.weights[1];
+    MINFER_ASSERT(gate && up && gate->ne == up->ne && gate->ne[1] == node.ne[0]);
+    matmul_swiglu(*gate, *up, static_cast<const float*>(data.src[0]), gate->ne[0], node.ne[1],
+                  static_cast<float*>(data.out), node.ne[0], pool, data.batch_invariant);
+}
+
 void op_fused_qkv(const Node& node, const NodeData& data, ThreadPool& pool) {
     MINFER_ASSERT(node.weights.size() == 3);
     const TensorView* wq = node.weights[0];
@@ -624,6 +633,8 @@ void run_node(const Node& node, const NodeData& data, ThreadPool& pool) {
                 swiglu_row(a + i0, b + i0, y + i0, i1 - i0);
             });
         }
+        case Op::MatMulSwiGLU:
+            return op_matmul_swiglu(node, data, pool);
         case Op::HeadNorm:
             return op_head_norm(node, data, pool);
         case Op::Rope:

@@ -42,6 +42,14 @@ void matmul(const MatMulPart* parts, int n_parts, const float* x, int64_t x_stri
             int64_t n_tokens, float* out, int64_t out_stride, ThreadPool& pool,
             bool batch_invariant = false);
 
+// out[t][m] = silu(dot(gate row m, x row t)) * dot(up row m, x row t), gate
+// and up [K, M]: the two matmuls as matmul computes them (bitwise), and
+// swiglu_row over each whole output row, without either matmul's output
+// leaving the cache of the thread that made it.
+void matmul_swiglu(const tensor::TensorView& gate, const tensor::TensorView& up, const float* x,
+                   int64_t x_stride, int64_t n_tokens, float* out, int64_t out_stride,
+                   ThreadPool& pool, bool batch_invariant = false);
+
 // ggml_rms_norm of one row (sum of squares in double), times w if non-null.
 void rms_norm_row(const float* x, const float* w, float* y, int64_t n, float eps);
 
