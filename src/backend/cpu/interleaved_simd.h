@@ -61,6 +61,19 @@ MINFER_TARGET_AVX512 inline __m512i byte_of(const __m512i v[2], int j) {
     return _mm512_and_si512(_mm512_srli_epi32(v[j / 4], 8 * (j % 4)), _mm512_set1_epi32(0xFF));
 }
 
+// Bytes 2k and 2k + 1 (k = 0..3) of v[k / 2]'s lanes as an int16 pair per
+// lane, byte 2k in the low half: the Q4_K mins of sub-blocks 2k and 2k + 1
+// against the activations' sums per 32 of those sub-blocks (vpdpwssd).
+MINFER_TARGET_AVX512 inline __m512i byte_pair_of(const __m512i v[2], int k) {
+    const int b = 2 * (k % 2);
+    const auto at = [b](int l) {
+        return static_cast<int>(0x80008000u | static_cast<unsigned>(4 * l + b) |
+                                static_cast<unsigned>(4 * l + b + 1) << 16);
+    };
+    return _mm512_shuffle_epi8(v[k / 2],
+                               _mm512_broadcast_i32x4(_mm_setr_epi32(at(0), at(1), at(2), at(3))));
+}
+
 // Q6_K half h, quad k of 16 rows from the three vectors at u3 (ql dwords
 // 16h + k and 16h + 8 + k, qh dword 8h + k): q[u] = the quad of elements
 // 128h + 32u + 4k, unsigned 6-bit (0..63). Each byte is a select (vpternlogd

@@ -264,17 +264,20 @@ MINFER_TARGET_AVX512_VNNI void group_dot_q4_K_nt(int64_t n, const void* vw, cons
                     sum[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[t][h]), s, sum[t]);
             }
         }
-        // The mins: per sub-block j, min j (in both int16 halves of a lane)
-        // against the activations' two sums per 16 (one dword of bsums).
+        // The mins: those of sub-blocks 2k, 2k + 1 as an int16 pair per lane
+        // against the activations' sums per 32 of those sub-blocks as
+        // another (each a sum of two of bsums' sums per 16: |sum| <= 32 *
+        // 127, so it fits int16).
         __m512i mins[NT];
         for (int t = 0; t < NT; ++t) mins[t] = _mm512_setzero_si512();
-        for (int j = 0; j < 8; ++j) {
-            const __m512i m = interleaved::byte_of(mn, j);
-            const __m512i m2 = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+        for (int k = 0; k < 4; ++k) {
+            const __m512i m = interleaved::byte_pair_of(mn, k);
             for (int t = 0; t < NT; ++t) {
-                int32_t s2;
-                std::memcpy(&s2, y[t][i].bsums + 2 * j, 4);
-                mins[t] = _mm512_dpwssd_epi32(mins[t], m2, _mm512_set1_epi32(s2));
+                const int16_t* bs = y[t][i].bsums + 4 * k;
+                const auto s2 = static_cast<int32_t>(
+                    static_cast<uint16_t>(bs[0] + bs[1]) |
+                    static_cast<uint32_t>(static_cast<uint16_t>(bs[2] + bs[3])) << 16);
+                mins[t] = _mm512_dpwssd_epi32(mins[t], m, _mm512_set1_epi32(s2));
             }
         }
         const __m512 neg_dmin = _mm512_xor_ps(dmin, _mm512_set1_ps(-0.0f));
