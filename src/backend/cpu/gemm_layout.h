@@ -24,6 +24,12 @@ inline size_t rows_form_bytes(int64_t K, int64_t n) {
            (static_cast<size_t>(K) + 2 * sizeof(float) * static_cast<size_t>(K / kGroup));
 }
 
+// The K-quants: super-blocks of 256 with a 6-bit (Q4_K, Q5_K) or 8-bit
+// (Q6_K) scale per group, and activations in Q8_K.
+inline bool is_k_quant(tensor::DType t) {
+    return t == tensor::DType::Q4_K || t == tensor::DType::Q5_K || t == tensor::DType::Q6_K;
+}
+
 // Q4_K and Q5_K carry a min per group besides the scale.
 inline bool has_mins(tensor::DType t) {
     return t == tensor::DType::Q4_K || t == tensor::DType::Q5_K;

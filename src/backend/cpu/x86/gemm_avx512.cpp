@@ -39,6 +39,7 @@ constexpr int kMR = MINFER_GEMM_R, kMT = MINFER_GEMM_T;
 
 #ifdef MINFER_GEMM_AVX512
 using gemm_layout::has_mins;
+using gemm_layout::is_k_quant;
 using gemm_layout::rows_form;
 using gemm_layout::RowsForm;
 
@@ -233,10 +234,6 @@ MINFER_TARGET_AVX512_BITALG void fill_panel_group32(DType t, const uint8_t* grou
             _mm512_storeu_si512(v + 64 * (4 + i), _mm512_sub_epi8(h, b16));
         }
     }
-}
-
-bool is_k_quant(DType t) {
-    return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 
 bool has_bitalg() {
