@@ -304,17 +304,17 @@ struct Q4_KGroupSource : GroupBase<16 * sizeof(block_q4_K)> {
         b[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
                                _mm256_and_si256(_mm256_srli_epi32(u1, 2), top));
     }
-    MINFER_TARGET_AVX2 __m256 scale(int i, int64_t g) const {
-        __m256i b[4];
-        six_bit_bytes(i, g / 8, b);
-        const int j = static_cast<int>(g % 8);
-        return _mm256_mul_ps(halves(i, g / 8, 0),
-                             _mm256_cvtepi32_ps(byte_of_lanes(b[j / 4], j % 4)));
-    }
-    MINFER_TARGET_AVX2 __m256i min_pair(int i, int64_t sb, int k) const {
+    // Super-block sb's 8 scales d * sc and its mins as kMinPairs int16
+    // pairs (groups 2k, 2k + 1), from one unpacking of the 6-bit bytes.
+    MINFER_TARGET_AVX2 void scales_mins(int i, int64_t sb, __m256 s[8],
+                                        __m256i pairs[gemm_layout::kMinPairs]) const {
         __m256i b[4];
         six_bit_bytes(i, sb, b);
-        return byte_pair_of_lanes(b[2 + k / 2], 2 * (k % 2));
+        const __m256 d = halves(i, sb, 0);
+        for (int j = 0; j < 8; ++j)
+            s[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(byte_of_lanes(b[j / 4], j % 4)));
+        for (int k = 0; k < gemm_layout::kMinPairs; ++k)
+            pairs[k] = byte_pair_of_lanes(b[2 + k / 2], 2 * (k % 2));
     }
     MINFER_TARGET_AVX2 __m256 neg_dmin(int i, int64_t sb) const {
         return _mm256_xor_ps(halves(i, sb, 32), _mm256_set1_ps(-0.0f));
@@ -359,16 +359,24 @@ template <bool kMins, class Src>
 MINFER_TARGET_AVX2 void fill_from(const Src& src, int i, int64_t K, int64_t G, const Panel& p) {
     for (int64_t k = 0; k < K / 4; ++k)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.v + 32 * k), src.quad(i, k));
-    for (int64_t g = 0; g < K / G; ++g) _mm256_storeu_ps(p.s + 8 * g, src.scale(i, g));
-    if constexpr (kMins)
+    if constexpr (kMins) {
+        // Q4_K (G = 32): a super-block's scales and mins share one unpacking
+        static_assert(QK_K / 32 == 8);
+        MINFER_ASSERT(G == 32);
         for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+            __m256 s[8];
+            __m256i pairs[kMinPairs];
+            src.scales_mins(i, sb, s, pairs);
+            for (int j = 0; j < 8; ++j) _mm256_storeu_ps(p.s + 8 * (8 * sb + j), s[j]);
             int32_t* mb = min_block(p.o, sb, kLanes);
             for (int k = 0; k < kMinPairs; ++k)
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(mb + kLanes * k),
-                                    src.min_pair(i, sb, k));
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(mb + kLanes * k), pairs[k]);
             _mm256_storeu_ps(reinterpret_cast<float*>(mb + kLanes * kMinPairs),
                              src.neg_dmin(i, sb));
         }
+    } else {
+        for (int64_t g = 0; g < K / G; ++g) _mm256_storeu_ps(p.s + 8 * g, src.scale(i, g));
+    }
 }
 
 #define MINFER_MICRO_TARGET MINFER_TARGET_AVX2
