@@ -43,23 +43,6 @@ size_t round64(size_t b) {
     return (b + 63) / 64 * 64;
 }
 
-// out[t][m] = silu(gate[t][m]) * up[t][m] for width rows m of n_tokens
-// tokens; gate and up are [n_tokens, width], contiguous, and gate is
-// overwritten. Applied to whole rows or to pieces that start on a 16-row
-// boundary, an element gets the same bits (the SwiGLU's vectors cover the
-// same elements), so a width of whole 16s takes all tokens in one call.
-void swiglu_tile(float* gate, const float* up, int64_t n_tokens, int64_t width, float* out,
-                 int64_t out_stride) {
-    if (width % 16 == 0) {
-        swiglu_row(gate, up, gate, n_tokens * width);
-    } else {
-        for (int64_t t = 0; t < n_tokens; ++t)
-            swiglu_row(gate + t * width, up + t * width, gate + t * width, width);
-    }
-    for (int64_t t = 0; t < n_tokens; ++t)
-        std::copy(gate + t * width, gate + (t + 1) * width, out + t * out_stride);
-}
-
 // matmul and matmul_swiglu. With swiglu, parts are gate and up (same K and
 // M, out_col 0) and a thread computes the same rows of both, then their
 // SwiGLU into out while both are in its cache.

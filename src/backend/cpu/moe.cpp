@@ -334,8 +334,7 @@ void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
         auto* up = reinterpret_cast<float*>(s + tile_bytes);
         compute(it, w_data, gate, width, s + 2 * tile_bytes);
         compute(it, up_data, up, width, s + 2 * tile_bytes);
-        for (int64_t t = 0; t < n_e; ++t)
-            swiglu_row(gate + t * width, up + t * width, y + (g0 + t) * M + it.r0, width);
+        swiglu_tile(gate, up, n_e, width, y + g0 * M + it.r0, M);
     });
 }
 

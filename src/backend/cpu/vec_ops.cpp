@@ -1,5 +1,6 @@
 #include "backend/cpu/vec_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/arm/neon.h"
@@ -118,6 +119,18 @@ SumSquaresFn sum_squares_at(IsaLevel level) {
 
 void swiglu_row(const float* a, const float* b, float* y, int64_t n) {
     kernels().swiglu(a, b, y, n);
+}
+
+void swiglu_tile(float* gate, const float* up, int64_t n_tokens, int64_t width, float* out,
+                 int64_t out_stride) {
+    if (width % 16 == 0) {
+        swiglu_row(gate, up, gate, n_tokens * width);
+    } else {
+        for (int64_t t = 0; t < n_tokens; ++t)
+            swiglu_row(gate + t * width, up + t * width, gate + t * width, width);
+    }
+    for (int64_t t = 0; t < n_tokens; ++t)
+        std::copy(gate + t * width, gate + (t + 1) * width, out + t * out_stride);
 }
 
 double sum_squares(const float* x, int64_t n) {
