@@ -45,6 +45,15 @@ inline int32_t* min_block(void* o, int64_t sb, int64_t lanes) {
     return static_cast<int32_t*>(o) + sb * (kMinPairs + 1) * lanes;
 }
 
+// The other operand in the decode kernels: a Q8_K block's sums per 32 of
+// groups 2k and 2k + 1 (each the sum of two of its bsums, |sum| <= 32 * 127,
+// so it fits int16) as one int16 pair, group 2k in the low half.
+inline int32_t sum32_pair(const int16_t* bsums, int k) {
+    const int16_t* bs = bsums + 4 * k;
+    return static_cast<int32_t>(static_cast<uint16_t>(bs[0] + bs[1]) |
+                                static_cast<uint32_t>(static_cast<uint16_t>(bs[2] + bs[3])) << 16);
+}
+
 // One panel of `lanes` weight rows as a signed micro-kernel reads them (the
 // order of the values is each kernel's own; see its file).
 struct SignedPanel {

@@ -1,3 +1,4 @@
+#include "backend/cpu/gemm_layout.h"
 #include "backend/cpu/interleaved_simd.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/x86/dot_x86.h"
@@ -266,19 +267,14 @@ MINFER_TARGET_AVX512_VNNI void group_dot_q4_K_nt(int64_t n, const void* vw, cons
         }
         // The mins: those of sub-blocks 2k, 2k + 1 as an int16 pair per lane
         // against the activations' sums per 32 of those sub-blocks as
-        // another (each a sum of two of bsums' sums per 16: |sum| <= 32 *
-        // 127, so it fits int16).
+        // another (gemm_layout::sum32_pair).
         __m512i mins[NT];
         for (int t = 0; t < NT; ++t) mins[t] = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) {
+        for (int k = 0; k < gemm_layout::kMinPairs; ++k) {
             const __m512i m = interleaved::byte_pair_of(mn, k);
-            for (int t = 0; t < NT; ++t) {
-                const int16_t* bs = y[t][i].bsums + 4 * k;
-                const auto s2 = static_cast<int32_t>(
-                    static_cast<uint16_t>(bs[0] + bs[1]) |
-                    static_cast<uint32_t>(static_cast<uint16_t>(bs[2] + bs[3])) << 16);
-                mins[t] = _mm512_dpwssd_epi32(mins[t], m, _mm512_set1_epi32(s2));
-            }
+            for (int t = 0; t < NT; ++t)
+                mins[t] = _mm512_dpwssd_epi32(
+                    mins[t], m, _mm512_set1_epi32(gemm_layout::sum32_pair(y[t][i].bsums, k)));
         }
         const __m512 neg_dmin = _mm512_xor_ps(dmin, _mm512_set1_ps(-0.0f));
         for (int t = 0; t < NT; ++t) {
