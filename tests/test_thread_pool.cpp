@@ -78,6 +78,27 @@ TEST(ThreadPool, ScratchIsAlignedAndKept) {
     EXPECT_EQ(pool.scratch(2, 500), a);  // smaller request reuses the block
 }
 
+TEST(ThreadPool, AThreadThatJoinsLaterFindsItsScratchAlreadyGrown) {
+    // Which workers join a run_chunks depends on timing: a run in which
+    // only thread 0 took scratch must leave every thread's slot that large,
+    // so a later run whose chunks land on another thread allocates nothing.
+    ThreadPool pool(3);
+    pool.run([&](int ith, int) {
+        if (ith == 0) pool.scratch(0, 10000);
+    });
+    const size_t after_first = pool.scratch_bytes();
+    EXPECT_EQ(after_first, 3 * size_t{10048});  // 10000 rounded up to 64, in each thread slot
+    std::vector<void*> seen(3);
+    pool.run([&](int ith, int) { seen[static_cast<size_t>(ith)] = pool.scratch(ith, 10000); });
+    EXPECT_EQ(pool.scratch_bytes(), after_first);
+    pool.run([&](int ith, int) {
+        EXPECT_EQ(pool.scratch(ith, 9000), seen[static_cast<size_t>(ith)]) << "thread " << ith;
+    });
+    // The shared slot is the caller's alone and is not leveled.
+    pool.scratch(3, 100);
+    EXPECT_EQ(pool.scratch_bytes(), after_first + 4096);
+}
+
 TEST(ThreadPool, PhysicalCoresIsPositive) {
     EXPECT_GE(ThreadPool::physical_cores(), 1);
 }

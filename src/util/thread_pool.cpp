@@ -68,6 +68,33 @@ struct ThreadPool::Impl {
         size_t bytes = 0;
     };
     std::vector<Scratch> scratch;  // [n_threads + 1]
+    // The largest thread slot [0, n_threads), and the size every thread
+    // slot was last leveled to (level_thread_scratch).
+    std::atomic<size_t> thread_peak{0};
+    size_t leveled = 0;
+
+    static void grow(Scratch& s, size_t want) {
+        want = (want + 63) / 64 * 64;
+        void* p = std::aligned_alloc(64, want);
+        MINFER_ASSERT(p != nullptr);
+        s.ptr.reset(p);
+        s.bytes = want;
+    }
+
+    // Which threads join a run_chunks, and so whose slots a kernel asks
+    // for, depends on timing: a worker that first joins at the 4th decode
+    // step would allocate there, after the step that set the steady state.
+    // So once a run is over (no thread is inside it) every thread slot is
+    // grown to the largest one: what one thread needed, any thread gets.
+    void level_thread_scratch() {
+        const size_t peak = thread_peak.load(std::memory_order_relaxed);
+        if (peak == leveled) return;
+        for (int i = 0; i < n_threads; ++i) {
+            Scratch& s = scratch[static_cast<size_t>(i)];
+            if (s.bytes < peak || !s.ptr) grow(s, peak);
+        }
+        leveled = peak;
+    }
 
     void take_chunks(int ith) {
         try {
@@ -182,6 +209,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
         }
     }
     p.fn = nullptr;
+    p.level_thread_scratch();
     if (p.error) {
         std::exception_ptr e = std::exchange(p.error, nullptr);
         std::rethrow_exception(e);
@@ -212,6 +240,7 @@ void ThreadPool::run_chunks(int64_t n_chunks, const std::function<void(int, int6
         while (p.active.load(std::memory_order_seq_cst) != 0) MINFER_CPU_RELAX();
     }
     p.chunk_fn = nullptr;
+    p.level_thread_scratch();
     if (p.error) {
         std::exception_ptr e = std::exchange(p.error, nullptr);
         std::rethrow_exception(e);
@@ -226,12 +255,13 @@ void* ThreadPool::scratch(int slot, size_t bytes) {
         // cache depth, a few bytes more every step, and a fresh multi-MB
         // block every step (its page faults, the unmap of the old one) cost
         // more than the attention itself at depth 4096.
-        size_t want = std::max<size_t>({bytes, s.bytes + s.bytes / 2, 4096});
-        want = (want + 63) / 64 * 64;
-        void* p = std::aligned_alloc(64, want);
-        MINFER_ASSERT(p != nullptr);
-        s.ptr.reset(p);
-        s.bytes = want;
+        Impl::grow(s, std::max<size_t>({bytes, s.bytes + s.bytes / 2, 4096}));
+        if (slot < impl_->n_threads) {
+            size_t peak = impl_->thread_peak.load(std::memory_order_relaxed);
+            while (peak < s.bytes && !impl_->thread_peak.compare_exchange_weak(
+                                         peak, s.bytes, std::memory_order_relaxed)) {
+            }
+        }
     }
     return s.ptr.get();
 }

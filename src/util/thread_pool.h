@@ -36,7 +36,10 @@ class ThreadPool {
     // in [0, size()) belongs to thread ith (call it from that thread inside
     // run); slot size() is shared and may be taken only by the caller outside
     // run (e.g. quantized activations every thread reads). A call may
-    // invalidate earlier pointers of the same slot.
+    // invalidate earlier pointers of the same slot. When a run returns,
+    // every thread slot holds as much as the largest: which workers join a
+    // run_chunks depends on timing, and one that joins late must not
+    // allocate then.
     void* scratch(int slot, size_t bytes);
     // Bytes of scratch held now, all slots (they only grow: the peak).
     size_t scratch_bytes() const;
