@@ -437,8 +437,8 @@ TEST(Moe, MatMulIdRowsAreTheDenseMatmulOfTheirExpert) {
 // The fused MatMulIdSwiGLU is bitwise swiglu_row over the whole rows of the
 // two MatMulIds it replaces, at every level, both layouts, batch-invariant or
 // not, with experts on both paths (the GEMM for 7+ rows, the dot products
-// for fewer) and rows cut into several items (K = 2048: 64 rows each at
-// f32, 112 at Q8_0).
+// for fewer) and rows cut into several items (64 or 80 rows each: the
+// pass has few dot-product rows to share between the two threads).
 TEST(Moe, MatMulIdSwigluIsSwigluOfTheTwoMatMulIds) {
     for_each_expert_case([&](ThreadPool& pool, tensor::DType t, bool regroup, bool invariant) {
         const int64_t K = 2048, M = 144, n_expert = 6, k = 2;

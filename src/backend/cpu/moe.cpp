@@ -139,16 +139,18 @@ void op_moe_gather(const Node& node, const NodeData& data, ThreadPool&) {
 
 namespace {
 
-// Weight bytes of one dot-product work item. Threads claim items in turn,
-// so a thread's items are not adjacent in memory, and a thread streams
-// fastest through long contiguous stretches (the dense matmul gives each
-// thread one stretch for the same reason): an item is long, yet short
-// enough that a decode step's few experts still make several per thread.
-constexpr size_t kDotItemBytes = size_t{512} << 10;
-// Rows of such an item: whole 16-row groups, at least 64 rows.
-int64_t dot_item_rows(size_t row_bytes) {
-    const auto rows = static_cast<int64_t>(kDotItemBytes / std::max<size_t>(row_bytes, 1));
-    return std::max<int64_t>(64, rows / tensor::kInterleaveRows * tensor::kInterleaveRows);
+// Rows of one dot-product work item. Threads claim items in turn, so a
+// thread's items are not adjacent in memory, and a thread streams fastest
+// through long contiguous stretches (the dense matmul gives each thread one
+// stretch for the same reason): an item is as long as it can be while each
+// thread still gets kDotItemsPerThread of the pass's items to balance over
+// (a decode step on a few threads: one item per chosen expert). Whole
+// 16-row groups, at least 64 rows; an expert's last item may be shorter.
+constexpr int64_t kDotItemsPerThread = 4;
+int64_t dot_item_rows(int64_t dot_rows_in_pass, int n_threads) {
+    const int64_t share = dot_rows_in_pass / (kDotItemsPerThread * std::max(n_threads, 1));
+    const int64_t groups = (share + tensor::kInterleaveRows - 1) / tensor::kInterleaveRows;
+    return std::max<int64_t>(64, groups * tensor::kInterleaveRows);
 }
 // Below this many activation elements the caller quantizes alone (as the
 // dense matmul does).
@@ -213,7 +215,10 @@ void op_matmul_id(const Node& node, const NodeData& data, ThreadPool& pool) {
     // Both row counts are whole 16-row groups (asserted), so a fused item's
     // SwiGLU starts on a vector boundary and gives each element what the
     // whole-row SwiGLU gives it, whichever path the expert took.
-    const int64_t dot_rows = dot_item_rows(swiglu ? 2 * w_row_bytes : w_row_bytes);
+    int64_t dot_rows_in_pass = 0;
+    for (int64_t e = 0; e < n_expert; ++e)
+        if (path_of(e) == Path::Dot) dot_rows_in_pass += M;
+    const int64_t dot_rows = dot_item_rows(dot_rows_in_pass, pool.size());
     MINFER_ASSERT(!swiglu || gemm_tile_rows() % tensor::kInterleaveRows == 0);
     auto rows_per_item = [&](Path p) { return p == Path::Gemm ? gemm_tile_rows() : dot_rows; };
     int64_t n_items = 0;
