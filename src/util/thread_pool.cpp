@@ -91,7 +91,7 @@ struct ThreadPool::Impl {
         if (peak == leveled) return;
         for (int i = 0; i < n_threads; ++i) {
             Scratch& s = scratch[static_cast<size_t>(i)];
-            if (s.bytes < peak || !s.ptr) grow(s, peak);
+            if (s.bytes < peak) grow(s, peak);
         }
         leveled = peak;
     }
